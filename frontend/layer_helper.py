@@ -1,0 +1,64 @@
+"""What every layer function does: name things, create parameters, append ops."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..ir import unique_name
+from ..ir.program import default_main_program, default_startup_program
+from ..ir.variable import Parameter, Variable
+from .initializer import Constant, Initializer, Xavier
+from .param_attr import ParamAttr
+
+
+class LayerHelper:
+    """Names a layer (``fc_0``), creates its parameters and temporaries, and appends its ops."""
+
+    def __init__(self, layer_type: str, name: str | None = None) -> None:
+        self.layer_type = layer_type
+        self.name = name or unique_name.generate(layer_type)
+
+    @property
+    def main_program(self):
+        return default_main_program()
+
+    @property
+    def startup_program(self):
+        return default_startup_program()
+
+    @property
+    def block(self):
+        return self.main_program.current_block()
+
+    def create_parameter(self, attr: ParamAttr, shape, dtype: str, *, is_bias: bool = False,
+                         default_initializer: Initializer | None = None) -> Parameter:
+        """A parameter in the main program and its init op in the startup program."""
+        suffix = "b" if is_bias else "w"
+        name = attr.name or unique_name.generate(f"{self.name}.{suffix}")
+        init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else Xavier())
+        param = self.main_program.global_block().create_parameter(
+            name, shape, dtype, trainable=attr.trainable, regularizer=attr.regularizer,
+            learning_rate=attr.learning_rate, need_clip=attr.need_clip)
+        startup = self.startup_program.global_block()
+        if not startup.has_var(name):
+            init(param, startup)
+        return param
+
+    def create_tmp(self, dtype: str = "float32", stop_gradient: bool = False, *, shape=(),
+                   lod_level: int = 0) -> Variable:
+        """A fresh intermediate ``<layer>.tmp_<n>``; its shape comes from the op that writes it."""
+        name = unique_name.generate(f"{self.name}.tmp")
+        return self.block.create_var(name, shape, dtype, lod_level, stop_gradient=stop_gradient)
+
+    def append_op(self, type: str, inputs: Mapping[str, Any] | None = None,
+                  outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None):
+        return self.block.append_op(type, inputs, outputs, attrs)
+
+    def simple_op(self, type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None,
+                  out_slot: str = "Out", dtype: str | None = None) -> Variable:
+        """Append ``type`` writing one new temporary, and return that temporary."""
+        first = next(v for v in inputs.values() if v is not None)
+        first = first[0] if isinstance(first, (list, tuple)) else first
+        out = self.create_tmp(dtype or first.dtype)
+        self.append_op(type, inputs, {out_slot: out}, attrs)
+        return out

@@ -1,0 +1,44 @@
+"""``ParamAttr``: how a layer creates one of its parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .initializer import Initializer
+
+
+class ParamAttr:
+    """Name, initializer, learning-rate scale, regularizer and trainability of a parameter.
+
+    >>> ParamAttr(name="fc_w", initializer=fj.initializer.Constant(0.5), trainable=False)  # doctest: +SKIP
+    """
+
+    def __init__(self, name: str | None = None, initializer: Initializer | None = None,
+                 learning_rate: float = 1.0, regularizer: Any = None, trainable: bool = True,
+                 need_clip: bool = True) -> None:
+        if initializer is not None and not isinstance(initializer, Initializer):
+            raise TypeError(f"initializer must be a fluidjax initializer, got {initializer!r}")
+        self.name = name
+        self.initializer = initializer
+        self.learning_rate = learning_rate
+        self.regularizer = regularizer
+        self.trainable = trainable
+        self.need_clip = need_clip
+
+    @staticmethod
+    def to_attr(arg) -> "ParamAttr | None":
+        """Normalise a layer's ``param_attr``/``bias_attr`` argument; ``False`` means no parameter."""
+        if arg is None:
+            return ParamAttr()
+        if arg is False:
+            return None
+        if isinstance(arg, ParamAttr):
+            return arg
+        if isinstance(arg, str):
+            return ParamAttr(name=arg)
+        if isinstance(arg, Initializer):
+            return ParamAttr(initializer=arg)
+        raise TypeError(f"expected a ParamAttr, a name, an initializer, None or False; got {arg!r}")
+
+    def __repr__(self) -> str:
+        return f"ParamAttr(name={self.name!r}, initializer={self.initializer!r}, trainable={self.trainable})"

@@ -1,0 +1,20 @@
+"""The program as data: programs, blocks, variables, ops, the op registry, shape inference, format.
+
+Pure Python: building, shape-inferring and serializing a program needs no JAX (op definitions
+with their JAX rules are registered by ``fluidjax.lowering``).
+"""
+
+from . import dtypes, registry, unique_name
+from .errors import (FeedError, FluidJaxError, OpRuntimeError, ShapeError, SymbolicValueError,
+                     UninitializedVariableError)
+from .program import (Block, Operator, Program, default_main_program, default_startup_program,
+                      switch_main_program, switch_startup_program)
+from .shape import InferShapeContext, VarInfo, infer_shapes
+from .variable import Parameter, Variable
+
+__all__ = [
+    "Block", "FeedError", "FluidJaxError", "InferShapeContext", "OpRuntimeError", "Operator",
+    "Parameter", "Program", "ShapeError", "SymbolicValueError", "UninitializedVariableError",
+    "VarInfo", "Variable", "default_main_program", "default_startup_program", "dtypes",
+    "infer_shapes", "registry", "switch_main_program", "switch_startup_program", "unique_name",
+]

@@ -1,0 +1,441 @@
+"""Programs as data: :class:`Program` holds :class:`Block` s of :class:`Variable` s and :class:`Operator` s.
+
+This is Paddle's ``ProgramDesc`` / ``BlockDesc`` / ``OpDesc``; ``serialize()`` writes it in
+Paddle's wire format. Appending an op checks it against the op registry and runs its shape rule
+at once (the seeds' ``InferShape`` in the constructor), so a shape error surfaces at the line
+of user code that caused it.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import itertools
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from . import callstack, dtypes, registry, unique_name
+from .errors import ShapeError
+from .variable import Parameter, Variable
+
+# Paddle's OpRole values (the `op_role` attribute).
+OP_ROLE_FORWARD = 0
+OP_ROLE_BACKWARD = 1
+OP_ROLE_OPTIMIZE = 2
+OP_ROLE_LRSCHED = 16
+OP_ROLE_LOSS = 256
+
+_ArgList = Variable | str | Sequence[Variable | str] | None
+
+
+def _names(arg: _ArgList) -> list[str]:
+    if arg is None:
+        return []
+    if isinstance(arg, (Variable, str)):
+        arg = [arg]
+    out = []
+    for a in arg:
+        if isinstance(a, Variable):
+            out.append(a.name)
+        elif isinstance(a, str):
+            out.append(a)
+        else:
+            raise TypeError(f"an op argument must be a Variable or a variable name, got {a!r}")
+    return out
+
+
+class Operator:
+    """One op of a block (Paddle's ``OpDesc``): type, slot → variable names, attributes."""
+
+    def __init__(self, block: "Block", type: str, inputs: dict[str, list[str]],
+                 outputs: dict[str, list[str]], attrs: dict[str, Any], attr_types: dict[str, int],
+                 is_target: bool | None = None) -> None:
+        self.block = block
+        self.type = type
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attrs = attrs
+        self.attr_types = attr_types
+        self.is_target = is_target
+
+    def input(self, slot: str) -> list[str]:
+        """The variable names in input ``slot`` (empty when absent)."""
+        return self.inputs.get(slot, [])
+
+    def output(self, slot: str) -> list[str]:
+        """The variable names in output ``slot`` (empty when absent)."""
+        return self.outputs.get(slot, [])
+
+    @property
+    def input_arg_names(self) -> list[str]:
+        return [n for names in self.inputs.values() for n in names]
+
+    @property
+    def output_arg_names(self) -> list[str]:
+        return [n for names in self.outputs.values() for n in names]
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def has_attr(self, name: str) -> bool:
+        return name in self.attrs
+
+    def set_attr(self, name: str, value: Any, kind: str | None = None) -> None:
+        """Set an attribute; its Paddle type comes from the op's schema, else from the value."""
+        spec = registry.get(self.type).attrs.get(name) if registry.has(self.type) else None
+        type_id = registry.ATTR_TYPES[kind] if kind else (
+            spec.type_id if spec else self.attr_types.get(name, registry.ATTR_TYPES[registry.attr_kind_of(value)]))
+        self.attrs[name] = value
+        self.attr_types[name] = type_id
+        self.block.program._bump()
+
+    @property
+    def callstack(self) -> list[str]:
+        return self.attrs.get("op_callstack") or []
+
+    @property
+    def location(self) -> str:
+        """The user's file and line that created this op."""
+        return callstack.where(self.callstack)
+
+    def __repr__(self) -> str:
+        return f"Operator({self.type!r}, inputs={self.inputs}, outputs={self.outputs})"
+
+    def describe(self) -> str:
+        """One line as ``str(program)`` shows it."""
+        outs = ", ".join(f"{k}={v}" for k, v in self.outputs.items() if v)
+        ins = ", ".join(f"{k}={v}" for k, v in self.inputs.items() if v)
+        shown = {k: v for k, v in self.attrs.items() if k not in _HIDDEN_ATTRS}
+        attrs = ", ".join(f"{k}={_short(v)}" for k, v in shown.items())
+        return f"{{{outs}}} = {self.type}({ins}{'; ' if attrs else ''}{attrs})"
+
+
+_HIDDEN_ATTRS = frozenset({"op_callstack", "op_role", "op_role_var", "op_namescope", "op_device",
+                           "with_quant_attr", "use_mkldnn", "use_cudnn"})
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _OutputBuffer:
+    """Shape-rule results for one op, written to the block only if the whole rule succeeds."""
+
+
+class Block:
+    """A list of ops and the variables they use (Paddle's ``BlockDesc``)."""
+
+    def __init__(self, program: "Program", idx: int, parent_idx: int = -1) -> None:
+        self.program = program
+        self.idx = idx
+        self.parent_idx = parent_idx
+        self.forward_block_idx = -1
+        self.vars: dict[str, Variable] = {}
+        self.ops: list[Operator] = []
+        self._present: frozenset[str] | None = None
+
+    # -- variables ---------------------------------------------------------------------------
+    @property
+    def parent(self) -> "Block | None":
+        return self.program.blocks[self.parent_idx] if self.parent_idx >= 0 else None
+
+    def create_var(self, name: str | None = None, shape: Iterable[int] = (), dtype="float32",
+                   lod_level: int = 0, **kwargs) -> Variable:
+        """Add a variable (a fresh ``tmp`` name when ``name`` is None); an existing name is returned."""
+        if name is None:
+            name = unique_name.generate("_generated_var")
+        if name in self.vars:
+            return self.vars[name]
+        var = Variable(self, name, shape, dtype, lod_level, **kwargs)
+        self.vars[name] = var
+        self.program._bump()
+        return var
+
+    def create_parameter(self, name: str, shape: Iterable[int], dtype="float32", **kwargs) -> Parameter:
+        """Add a :class:`Parameter`; a name that exists with another shape or dtype is an error."""
+        shape = tuple(int(d) for d in shape)
+        if name in self.vars:
+            old = self.vars[name]
+            if old.shape != shape or old.dtype != dtypes.normalize(dtype):
+                raise ValueError(
+                    f"parameter {name!r} already exists with shape {old.shape} and dtype {old.dtype}; "
+                    f"cannot create it again with shape {shape} and dtype {dtypes.normalize(dtype)}")
+            return old
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"parameter {name!r} needs a fully known shape, got {shape}")
+        param = Parameter(self, name, shape, dtype, **kwargs)
+        self.vars[name] = param
+        self.program._bump()
+        return param
+
+    def has_var(self, name: str) -> bool:
+        return name in self.vars
+
+    def var(self, name: str) -> Variable:
+        """The variable ``name`` of this block or of an enclosing one."""
+        block: Block | None = self
+        while block is not None:
+            if name in block.vars:
+                return block.vars[name]
+            block = block.parent
+        raise KeyError(f"variable {name!r} is not in block {self.idx} or its parents")
+
+    def find_var(self, name: str) -> Variable | None:
+        try:
+            return self.var(name)
+        except KeyError:
+            return None
+
+    def all_parameters(self) -> list[Parameter]:
+        return [v for v in self.vars.values() if isinstance(v, Parameter)]
+
+    # -- ops ---------------------------------------------------------------------------------------
+    def append_op(self, type: str, inputs: Mapping[str, _ArgList] | None = None,
+                  outputs: Mapping[str, _ArgList] | None = None, attrs: Mapping[str, Any] | None = None,
+                  *, infer_shape: bool = True) -> Operator:
+        """Check an op against the registry, run its shape rule, and append it.
+
+        On any error nothing changes: the op is not added and no output variable is touched.
+        """
+        op = self._make_op(type, inputs, outputs, attrs)
+        if infer_shape:
+            from .shape import infer_op
+
+            infer_op(op)
+        self.ops.append(op)
+        self.program._bump()
+        return op
+
+    def insert_op(self, index: int, type: str, inputs=None, outputs=None, attrs=None,
+                  *, infer_shape: bool = True) -> Operator:
+        """Like :meth:`append_op`, at position ``index``."""
+        op = self._make_op(type, inputs, outputs, attrs)
+        if infer_shape:
+            from .shape import infer_op
+
+            infer_op(op)
+        self.ops.insert(index, op)
+        self.program._bump()
+        return op
+
+    def remove_op(self, index: int) -> Operator:
+        op = self.ops.pop(index)
+        self.program._bump()
+        return op
+
+    def _make_op(self, type, inputs, outputs, attrs) -> Operator:
+        opdef = registry.get(type)
+        ins = self._check_slots(opdef, "input", opdef.inputs, inputs or {})
+        outs = self._check_slots(opdef, "output", opdef.outputs, outputs or {})
+        values: dict[str, Any] = {}
+        types: dict[str, int] = {}
+        for name, spec in opdef.attrs.items():
+            if spec.default is not None:
+                values[name] = spec.default
+                types[name] = spec.type_id
+        for name, value in (attrs or {}).items():
+            if value is None:
+                continue
+            spec = opdef.attrs.get(name)
+            values[name] = list(value) if isinstance(value, tuple) else value
+            types[name] = spec.type_id if spec else registry.ATTR_TYPES[registry.attr_kind_of(value)]
+        if "op_role" not in values:
+            values["op_role"] = self.program._op_role
+            types["op_role"] = registry.ATTR_TYPES["int"]
+        values["op_callstack"] = callstack.user_callstack()
+        types["op_callstack"] = registry.ATTR_TYPES["strings"]
+        order = sorted(values)
+        return Operator(self, type, ins, outs, {k: values[k] for k in order}, {k: types[k] for k in order})
+
+    def _check_slots(self, opdef, kind, slots, given) -> dict[str, list[str]]:
+        known = {s.name for s in slots}
+        unknown = set(given) - known
+        if unknown:
+            raise ValueError(f"op {opdef.type!r} has no {kind} slot {sorted(unknown)}; "
+                             f"its {kind}s are {[s.name for s in slots]}")
+        result: dict[str, list[str]] = {}
+        for slot in slots:
+            names = _names(given.get(slot.name))
+            if not names and not slot.dispensable:
+                raise ValueError(f"op {opdef.type!r} needs {kind} {slot.name!r}")
+            if len(names) > 1 and not slot.duplicable:
+                raise ValueError(f"op {opdef.type!r} {kind} {slot.name!r} takes one variable, got {names}")
+            for n in names:
+                if self.find_var(n) is None:
+                    raise KeyError(f"op {opdef.type!r} {kind} {slot.name!r}: variable {n!r} is not in "
+                                   f"block {self.idx}; create it first (block.create_var)")
+            if names or slot.name in given:
+                result[slot.name] = names
+        return result
+
+    def __repr__(self) -> str:
+        return f"Block(idx={self.idx}, {len(self.vars)} vars, {len(self.ops)} ops)"
+
+
+_program_ids = itertools.count()
+
+
+class Program:
+    """A program: blocks of variables and ops, built by the layer API, run by an ``Executor``.
+
+    >>> prog = Program()
+    >>> prog.global_block().create_var("x", shape=(-1, 4)).shape
+    (-1, 4)
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = [Block(self, 0)]
+        self.random_seed: int = 0
+        self._current_block_idx = 0
+        self._version = 0
+        self._uid = next(_program_ids)
+        self._op_role = OP_ROLE_FORWARD
+        self.desc_version: int | None = None          # ProgramDesc.version.version, if set
+        self.op_version_map: list[tuple[str, int]] | None = None
+
+    def _bump(self) -> None:
+        self._version += 1
+
+    # -- blocks --------------------------------------------------------------------------------
+    def global_block(self) -> Block:
+        return self.blocks[0]
+
+    def block(self, idx: int) -> Block:
+        return self.blocks[idx]
+
+    def current_block(self) -> Block:
+        return self.blocks[self._current_block_idx]
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    def create_block(self, parent_idx: int | None = None) -> Block:
+        """Add a sub-block (for control-flow ops) and make it current."""
+        parent = self._current_block_idx if parent_idx is None else parent_idx
+        block = Block(self, len(self.blocks), parent)
+        self.blocks.append(block)
+        self._current_block_idx = block.idx
+        self._bump()
+        return block
+
+    def rollback(self) -> None:
+        """Make the current block's parent current again."""
+        self._current_block_idx = max(self.current_block().parent_idx, 0)
+
+    # -- queries ---------------------------------------------------------------------------------
+    def list_vars(self) -> Iterator[Variable]:
+        for block in self.blocks:
+            yield from block.vars.values()
+
+    def all_parameters(self) -> list[Parameter]:
+        return self.global_block().all_parameters()
+
+    # -- format ----------------------------------------------------------------------------------
+    def serialize(self) -> bytes:
+        """The program as Paddle ``ProgramDesc`` bytes (deterministic)."""
+        from .serialize import program_to_bytes
+
+        return program_to_bytes(self)
+
+    @classmethod
+    def parse(cls, data: bytes) -> "Program":
+        """A program from ``ProgramDesc`` bytes (ours or Paddle's ``desc.serialize_to_string()``)."""
+        from .serialize import program_from_bytes
+
+        return program_from_bytes(data)
+
+    def clone(self, for_test: bool = False) -> "Program":
+        """A deep copy. ``for_test=True`` drops backward and optimizer ops and sets ``is_test``."""
+        from .serialize import program_from_proto, program_to_proto
+
+        new = program_from_proto(program_to_proto(self))
+        new.random_seed = self.random_seed
+        for block, new_block in zip(self.blocks, new.blocks):
+            for name, var in block.vars.items():
+                new_var = new_block.vars[name]
+                new_var.is_data = var.is_data
+                for attr in ("trainable", "regularizer", "optimize_attr", "need_clip"):
+                    if hasattr(var, attr):
+                        setattr(new_var, attr, copy.copy(getattr(var, attr)))
+        if for_test:
+            for block in new.blocks:
+                block.ops = [op for op in block.ops
+                             if not int(op.attrs.get("op_role", 0)) & (OP_ROLE_BACKWARD | OP_ROLE_OPTIMIZE)]
+                for op in block.ops:
+                    if registry.has(op.type) and "is_test" in registry.get(op.type).attrs:
+                        op.attrs["is_test"] = True
+                        op.attr_types["is_test"] = registry.ATTR_TYPES["bool"]
+            new._bump()
+        return new
+
+    # -- display ---------------------------------------------------------------------------------
+    def __str__(self) -> str:
+        lines = []
+        for block in self.blocks:
+            lines.append(f"block {block.idx} (parent {block.parent_idx}) {{")
+            for var in block.vars.values():
+                lines.append("    " + var.describe())
+            if block.vars and block.ops:
+                lines.append("")
+            for op in block.ops:
+                lines.append("    " + op.describe())
+            lines.append("}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        n_ops = sum(len(b.ops) for b in self.blocks)
+        n_vars = sum(len(b.vars) for b in self.blocks)
+        return f"<fluidjax.Program {len(self.blocks)} block(s), {n_vars} vars, {n_ops} ops>"
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        parts = []
+        for block in self.blocks:
+            parts.append(f"<h4>Block {block.idx}</h4><table><tr><th>variable</th><th>shape</th>"
+                         "<th>dtype</th><th>lod_level</th><th>kind</th></tr>")
+            for var in block.vars.values():
+                kind = "parameter" if var.is_parameter else "data" if var.is_data else (
+                    "persistable" if var.persistable else "")
+                parts.append(f"<tr><td>{esc(var.name)}</td><td>{esc(str(var.shape))}</td>"
+                             f"<td>{esc(str(var.dtype))}</td><td>{var.lod_level}</td><td>{kind}</td></tr>")
+            parts.append("</table><table><tr><th>#</th><th>op</th><th>inputs</th><th>outputs</th>"
+                         "<th>attributes</th></tr>")
+            for i, op in enumerate(block.ops):
+                ins = "<br>".join(f"{esc(k)}: {esc(', '.join(v))}" for k, v in op.inputs.items() if v)
+                outs = "<br>".join(f"{esc(k)}: {esc(', '.join(v))}" for k, v in op.outputs.items() if v)
+                attrs = "<br>".join(f"{esc(k)}={esc(_short(v))}" for k, v in op.attrs.items()
+                                    if k not in _HIDDEN_ATTRS)
+                parts.append(f"<tr><td>{i}</td><td><b>{esc(op.type)}</b></td><td>{ins}</td>"
+                             f"<td>{outs}</td><td>{attrs}</td></tr>")
+            parts.append("</table>")
+        return "".join(parts)
+
+
+# -- default programs --------------------------------------------------------------------------
+_main_program = Program()
+_startup_program = Program()
+
+
+def default_main_program() -> Program:
+    """The program layer functions append to (outside ``program_guard``)."""
+    return _main_program
+
+
+def default_startup_program() -> Program:
+    """The program that creates and initialises parameters (outside ``program_guard``)."""
+    return _startup_program
+
+
+def switch_main_program(program: Program) -> Program:
+    """Make ``program`` the default main program; return the previous one."""
+    global _main_program
+    previous, _main_program = _main_program, program
+    return previous
+
+
+def switch_startup_program(program: Program) -> Program:
+    """Make ``program`` the default startup program; return the previous one."""
+    global _startup_program
+    previous, _startup_program = _startup_program, program
+    return previous

@@ -1,0 +1,210 @@
+"""Conversion between :class:`~fluidjax.ir.program.Program` and Paddle's ``ProgramDesc`` protobuf.
+
+Optional fields remember whether a parsed program set them, so ``Program.parse(data).serialize()``
+gives back ``data`` byte for byte, for our programs and Paddle's alike. Programs built here write
+the fields Paddle's own builder writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..proto import framework_pb2 as pb
+from . import dtypes, registry
+from .program import Block, Operator, Program
+from .variable import Parameter, Variable
+
+_T = registry.ATTR_TYPES
+# AttrType → the OpDesc.Attr field holding its value.
+_ATTR_FIELD = {
+    _T["int"]: "i", _T["float"]: "f", _T["string"]: "s", _T["ints"]: "ints", _T["floats"]: "floats",
+    _T["strings"]: "strings", _T["bool"]: "b", _T["bools"]: "bools", _T["block"]: "block_idx",
+    _T["long"]: "l", _T["blocks"]: "blocks_idx", _T["longs"]: "longs", _T["float64s"]: "float64s",
+    _T["var"]: "var_name", _T["vars"]: "vars_name", _T["float64"]: "float64", _T["scalar"]: "scalar",
+    _T["scalars"]: "scalars",
+}
+_REPEATED = {_T[k] for k in ("ints", "floats", "strings", "bools", "blocks", "longs", "float64s", "vars",
+                             "scalars")}
+_MESSAGE = {_T["scalar"], _T["scalars"]}
+_TENSOR_KINDS = {dtypes.LOD_TENSOR: "lod_tensor", dtypes.LOD_TENSOR_ARRAY: "tensor_array",
+                 dtypes.SELECTED_ROWS: "selected_rows"}
+
+
+# -- to proto -------------------------------------------------------------------------------------
+def _var_to_proto(var: Variable, out: pb.VarDesc) -> None:
+    out.name = var.name
+    if var._raw_type is not None:
+        out.type.ParseFromString(var._raw_type)
+    else:
+        out.type.type = var.type
+        kind = _TENSOR_KINDS.get(var.type)
+        if kind is not None:
+            holder = getattr(out.type, kind)
+            tensor = holder if kind == "selected_rows" else holder.tensor
+            tensor.data_type = dtypes.to_enum(var.dtype)
+            tensor.dims.extend(var.shape)
+            if kind != "selected_rows" and (var.lod_level or var._present is None or "lod_level" in var._present):
+                holder.lod_level = var.lod_level
+    present = var._present
+    for field, value, default_written in (
+        ("persistable", var.persistable, True),
+        ("need_check_feed", var.need_check_feed, False),
+        ("is_parameter", var.is_parameter, False),
+        ("stop_gradient", var.stop_gradient, True),
+    ):
+        if value or (field in present if present is not None else default_written):
+            setattr(out, field, value)
+    for name, type_id, value in var.desc_attrs:
+        attr = out.attrs.add(name=name, type=type_id)
+        if type_id == _T["ints"]:
+            attr.ints.extend(value)
+        elif type_id == _T["string"]:
+            attr.s = value
+        else:
+            attr.i = value
+
+
+def _attr_to_proto(name: str, type_id: int, value: Any, out: pb.OpDesc.Attr) -> None:
+    out.name = name
+    out.type = type_id
+    field = _ATTR_FIELD[type_id]
+    if type_id in _MESSAGE:
+        if type_id in _REPEATED:
+            for v in value:
+                getattr(out, field).add().CopyFrom(v)
+        else:
+            getattr(out, field).CopyFrom(value)
+    elif type_id in _REPEATED:
+        if type_id == _T["blocks"]:
+            value = [v.idx if isinstance(v, Block) else v for v in value]
+        getattr(out, field).extend(value)
+    else:
+        if type_id == _T["block"] and isinstance(value, Block):
+            value = value.idx
+        setattr(out, field, value)
+
+
+def _op_to_proto(op: Operator, out: pb.OpDesc) -> None:
+    out.type = op.type
+    for slot, names in op.inputs.items():
+        out.inputs.add(parameter=slot, arguments=names)
+    for slot, names in op.outputs.items():
+        out.outputs.add(parameter=slot, arguments=names)
+    for name, value in op.attrs.items():
+        _attr_to_proto(name, op.attr_types[name], value, out.attrs.add())
+    if op.is_target is not None:
+        out.is_target = op.is_target
+
+
+def program_to_proto(program: Program) -> pb.ProgramDesc:
+    """The ``ProgramDesc`` message of a program."""
+    desc = pb.ProgramDesc()
+    for block in program.blocks:
+        b = desc.blocks.add(idx=block.idx, parent_idx=block.parent_idx)
+        for var in block.vars.values():
+            _var_to_proto(var, b.vars.add())
+        for op in block.ops:
+            _op_to_proto(op, b.ops.add())
+        if block.forward_block_idx != -1 or (block._present and "forward_block_idx" in block._present):
+            b.forward_block_idx = block.forward_block_idx
+    if program.desc_version is not None:
+        desc.version.version = program.desc_version
+    if program.op_version_map is not None:
+        desc.op_version_map.SetInParent()
+        for name, version in program.op_version_map:
+            desc.op_version_map.pair.add(op_name=name).op_version.version = version
+    return desc
+
+
+def program_to_bytes(program: Program) -> bytes:
+    return program_to_proto(program).SerializeToString(deterministic=True)
+
+
+# -- from proto -----------------------------------------------------------------------------------
+def _attr_value(attr: pb.OpDesc.Attr) -> Any:
+    field = _ATTR_FIELD.get(attr.type)
+    if field is None:
+        raise ValueError(f"attribute {attr.name!r} has unknown type {attr.type}")
+    value = getattr(attr, field)
+    if attr.type in _MESSAGE:
+        if attr.type in _REPEATED:
+            copies = []
+            for v in value:
+                c = pb.Scalar()
+                c.CopyFrom(v)
+                copies.append(c)
+            return copies
+        c = pb.Scalar()
+        c.CopyFrom(value)
+        return c
+    return list(value) if attr.type in _REPEATED else value
+
+
+def _var_from_proto(block: Block, desc: pb.VarDesc) -> Variable:
+    vtype = desc.type.type
+    kind = _TENSOR_KINDS.get(vtype)
+    shape, dtype, lod_level = (), None, 0
+    present = {f for f in ("persistable", "need_check_feed", "is_parameter", "stop_gradient")
+               if desc.HasField(f)}
+    if kind is not None and desc.type.HasField(kind):
+        holder = getattr(desc.type, kind)
+        tensor = holder if kind == "selected_rows" else holder.tensor
+        shape, dtype = tuple(tensor.dims), dtypes.from_enum(tensor.data_type)
+        if kind != "selected_rows":
+            lod_level = holder.lod_level
+            if holder.HasField("lod_level"):
+                present.add("lod_level")
+    common = dict(persistable=desc.persistable, stop_gradient=desc.stop_gradient, type=vtype,
+                  need_check_feed=desc.need_check_feed)
+    if desc.is_parameter:
+        var: Variable = Parameter(block, desc.name, shape, dtype or "float32", lod_level=lod_level,
+                                  **common)
+        var.dtype = dtype
+        var.trainable = not desc.stop_gradient
+    else:
+        var = Variable(block, desc.name, shape, dtype, lod_level, **common)
+        var.is_data = desc.need_check_feed
+    var.stop_gradient = desc.stop_gradient
+    if kind is None or not desc.type.HasField(kind):
+        var._raw_type = desc.type.SerializeToString(deterministic=True)
+    var._present = frozenset(present)
+    for a in desc.attrs:
+        value = list(a.ints) if a.type == _T["ints"] else a.s if a.type == _T["string"] else a.i
+        var.desc_attrs.append((a.name, a.type, value))
+    return var
+
+
+def program_from_proto(desc: pb.ProgramDesc) -> Program:
+    """A :class:`Program` from a ``ProgramDesc`` message; op attributes are kept as written."""
+    program = Program()
+    program.blocks = []
+    for b in desc.blocks:
+        block = Block(program, b.idx, b.parent_idx)
+        block.forward_block_idx = b.forward_block_idx
+        block._present = frozenset({"forward_block_idx"} if b.HasField("forward_block_idx") else ())
+        for v in b.vars:
+            block.vars[v.name] = _var_from_proto(block, v)
+        for o in b.ops:
+            attrs = {a.name: _attr_value(a) for a in o.attrs}
+            types = {a.name: a.type for a in o.attrs}
+            block.ops.append(Operator(
+                block, o.type, {v.parameter: list(v.arguments) for v in o.inputs},
+                {v.parameter: list(v.arguments) for v in o.outputs}, attrs, types,
+                is_target=o.is_target if o.HasField("is_target") else None))
+        program.blocks.append(block)
+    if not program.blocks:
+        program.blocks = [Block(program, 0)]
+    if desc.HasField("version"):
+        program.desc_version = desc.version.version
+    if desc.HasField("op_version_map"):
+        program.op_version_map = [(p.op_name, p.op_version.version) for p in desc.op_version_map.pair]
+    return program
+
+
+def program_from_bytes(data: bytes) -> Program:
+    desc = pb.ProgramDesc()
+    try:
+        desc.ParseFromString(data)
+    except Exception as exc:
+        raise ValueError(f"not a ProgramDesc: {exc}") from None
+    return program_from_proto(desc)

@@ -1,0 +1,18 @@
+"""Lowering: op JAX rules, a block → one ``jax.jit`` function, the Executor, the runtime Scope.
+
+fluidjax follows Paddle's dtypes, so JAX's 64-bit mode is switched on here: int64 labels and
+float64 programs keep their types (JAX would otherwise silently use 32 bits).
+"""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from . import ops  # noqa: E402,F401  (registers every op)
+from .executor import Executor  # noqa: E402
+from .lod_tensor import LoDTensor  # noqa: E402
+from .places import CPUPlace, CUDAPlace, Place, TPUPlace  # noqa: E402
+from .scope import Scope, ScopeVariable, global_scope  # noqa: E402
+
+__all__ = ["CPUPlace", "CUDAPlace", "Executor", "LoDTensor", "Place", "Scope", "ScopeVariable", "TPUPlace",
+           "global_scope"]

@@ -1,0 +1,66 @@
+"""What an op's JAX rule sees: its input arrays, attributes, a random key, its output variables."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from ..ir import dtypes
+
+
+class ComputeContext:
+    """The arguments of one op's JAX rule.
+
+    ``ctx.input("X")`` is the array in slot X (None when the slot is empty), ``ctx.inputs("X")``
+    the list for a duplicable slot, ``ctx.attr("axis")`` an attribute, ``ctx.rng()`` a PRNG key
+    for this op, ``ctx.out_dtype("Out")`` the dtype the program declares for an output.
+    """
+
+    def __init__(self, opdef, op, values: Mapping[str, Sequence[Any]], attrs: Mapping[str, Any],
+                 rng: Callable[[], jax.Array] | None = None, out_names: Mapping[str, Sequence[str]] | None = None,
+                 lower_block: Callable | None = None) -> None:
+        self.opdef = opdef
+        self.op = op
+        self._values = values
+        self._attrs = attrs
+        self._rng = rng
+        self._out_names = op.outputs if out_names is None else out_names
+        self.lower_block = lower_block
+
+    def input(self, slot: str):
+        vals = self._values.get(slot)
+        return vals[0] if vals else None
+
+    def inputs(self, slot: str) -> list:
+        return list(self._values.get(slot) or [])
+
+    def has_input(self, slot: str) -> bool:
+        return bool(self._values.get(slot))
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        if name in self._attrs:
+            return self._attrs[name]
+        spec = self.opdef.attrs.get(name)
+        return spec.default if spec is not None and spec.default is not None else default
+
+    def rng(self) -> jax.Array:
+        """A PRNG key for this op: an op's non-zero ``seed`` attribute fixes it (Paddle's rule)."""
+        seed = int(self.attr("seed", 0) or 0)
+        if seed:
+            return jax.random.PRNGKey(seed)
+        if self._rng is None:
+            raise RuntimeError(f"op {self.opdef.type!r} asked for randomness outside an Executor run")
+        return self._rng()
+
+    def out_var(self, slot: str, index: int = 0):
+        names = self._out_names.get(slot) or []
+        return self.op.block.var(names[index]) if index < len(names) else None
+
+    def has_output(self, slot: str) -> bool:
+        return bool(self._out_names.get(slot))
+
+    def out_dtype(self, slot: str = "Out", index: int = 0) -> np.dtype | None:
+        var = self.out_var(slot, index)
+        return dtypes.to_numpy(var.dtype) if var is not None and var.dtype else None

@@ -1,0 +1,147 @@
+"""Lowering: a block's ops, in order, become one pure JAX function.
+
+``run_ops(ops, env, rng_key)`` evaluates the JAX rule of each op on the values in ``env`` (a
+dict name → array) and stores its outputs back. Called inside ``jax.jit`` it traces the whole
+block into one XLA computation: intermediates live only there.
+
+Also here, because they need JAX: the generic rule of every ``<type>_grad`` op (``jax.vjp`` of
+the forward rule) and the shape rule derived by abstract evaluation for ops that declare none.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, MutableMapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..ir import callstack, dtypes, registry, shape
+from ..ir.errors import OpRuntimeError, ShapeError
+from .context import ComputeContext
+
+GRAD_SUFFIX = "@GRAD"
+
+
+def _values(op, env: MutableMapping[str, Any]) -> dict[str, list]:
+    out = {}
+    for slot, names in op.inputs.items():
+        try:
+            out[slot] = [env[n] for n in names]
+        except KeyError as exc:
+            raise OpRuntimeError(
+                f"op {op.type!r} at {op.location}: input {slot}={exc.args[0]!r} has no value "
+                "(not fed, not computed by an earlier op, and not in the scope)") from None
+    return out
+
+
+def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | None,
+           lower_block: Callable | None = None) -> None:
+    """Evaluate one op's JAX rule on ``env`` and write its outputs into ``env``."""
+    opdef = registry.get(op.type)
+    compute = opdef.compute if opdef.forward_type is None else auto_grad_compute
+    if compute is None:
+        raise OpRuntimeError(f"op {op.type!r} has no JAX rule")
+    ctx = ComputeContext(opdef, op, _values(op, env), op.attrs, rng, lower_block=lower_block)
+    try:
+        outs = compute(ctx)
+    except (OpRuntimeError, ShapeError):
+        raise
+    except Exception as exc:
+        raise OpRuntimeError(f"op {op.type!r} created at {op.location} failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
+    for slot, value in outs.items():
+        names = op.outputs.get(slot) or []
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for name, v in zip(names, values):
+            if v is not None:
+                env[name] = v
+
+
+def op_rng(base_key: jax.Array, index: int) -> Callable[[], jax.Array]:
+    """The key of the op at position ``index``: the run's key folded with the position."""
+    return lambda: jax.random.fold_in(base_key, index)
+
+
+def run_ops(ops: Iterable, env: MutableMapping[str, Any], rng_key: jax.Array | None = None) -> None:
+    for index, op in enumerate(ops):
+        rng = op_rng(rng_key, index) if rng_key is not None else None
+        run_op(op, env, rng)
+
+
+# -- the generic gradient rule -------------------------------------------------------------------
+def _differentiable(value) -> bool:
+    return value is not None and jnp.issubdtype(jnp.result_type(value), jnp.inexact)
+
+
+def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
+    """``<type>_grad``: the vjp of the forward rule w.r.t. every input whose ``@GRAD`` is asked.
+
+    Inside one ``jax.jit`` XLA shares the recomputed forward with the real one, so this costs no
+    more than a hand-written backward (``tests/test_backward.py`` counts the dots).
+    """
+    fwd = registry.get(ctx.opdef.forward_type)
+    primal = {s.name: ctx.inputs(s.name) for s in fwd.inputs}
+    wanted = [(s.name, i) for s in fwd.inputs if s.name not in fwd.no_grad_inputs
+              for i in range(len(primal[s.name]))
+              if ctx.has_output(s.name + GRAD_SUFFIX) and _differentiable(primal[s.name][i])]
+    out_slots = [s.name for s in fwd.outputs if s.name not in fwd.no_grad_outputs]
+    fwd_out_names = {s.name: ctx.op.inputs.get(s.name, []) for s in fwd.outputs}
+
+    def forward(diff_values):
+        values = {k: list(v) for k, v in primal.items()}
+        for (slot, i), v in zip(wanted, diff_values):
+            values[slot][i] = v
+        fctx = ComputeContext(fwd, ctx.op, values, ctx._attrs, None, out_names=fwd_out_names)
+        outs = fwd.compute(fctx)
+        return [outs[s] if isinstance(outs[s], (list, tuple)) else [outs[s]] for s in out_slots]
+
+    diff_values = [primal[s][i] for s, i in wanted]
+    outs, vjp = jax.vjp(forward, diff_values)
+    cotangents = []
+    for slot, values in zip(out_slots, outs):
+        given = ctx.inputs(slot + GRAD_SUFFIX)
+        cts = []
+        for j, v in enumerate(values):
+            g = given[j] if j < len(given) else None
+            if g is None or not _differentiable(v):
+                g = jnp.zeros_like(v) if _differentiable(v) else np.zeros(v.shape, jax.dtypes.float0)
+            else:
+                g = jnp.asarray(g, v.dtype).reshape(v.shape)
+            cts.append(g)
+        cotangents.append(cts)
+    (grads,) = vjp(cotangents)
+    result: dict[str, list] = {}
+    for (slot, i), g in zip(wanted, grads):
+        result.setdefault(slot + GRAD_SUFFIX, [None] * len(primal[slot]))[i] = g
+    return result
+
+
+# -- the derived shape rule ----------------------------------------------------------------------
+def derived_shape_rule(ictx: shape.InferShapeContext) -> None:
+    """Infer output shapes by ``jax.eval_shape`` of the JAX rule, one symbolic dim per UNK."""
+    op, opdef = ictx.op, ictx.opdef
+    infos = {slot: ictx.inputs(slot) for slot in op.inputs}
+    n_unknown = sum(d < 0 for vs in infos.values() for v in vs for d in v.shape)
+    symbols = iter(jax.export.symbolic_shape(",".join(f"_unk{i}" for i in range(n_unknown)))
+                   if n_unknown else ())
+    structs = {slot: [jax.ShapeDtypeStruct(tuple(next(symbols) if d < 0 else d for d in v.shape),
+                                           dtypes.to_numpy(v.dtype or "float32")) for v in vs]
+               for slot, vs in infos.items()}
+
+    def apply(values, key):
+        ctx = ComputeContext(opdef, op, values, op.attrs, (lambda: key))
+        return opdef.compute(ctx)
+
+    key = jax.ShapeDtypeStruct((2,), np.uint32)
+    outs = jax.eval_shape(apply, structs, key)
+    for slot, value in outs.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            dims = tuple(d if isinstance(d, (int, np.integer)) else -1 for d in v.shape)
+            ictx.set_output(slot, dims, dtypes.normalize(v.dtype), index=i)
+
+
+shape.derived_rule = derived_shape_rule

@@ -1,0 +1,56 @@
+"""Places name devices, as in Paddle; each maps to a JAX device."""
+
+from __future__ import annotations
+
+import jax
+
+
+class Place:
+    """A device; ``jax_device()`` gives the JAX device it names."""
+
+    platform = "cpu"
+
+    def __init__(self, device_id: int = 0) -> None:
+        self.device_id = int(device_id)
+
+    def jax_device(self) -> jax.Device:
+        try:
+            devices = jax.devices(self.platform)
+        except RuntimeError:
+            devices = []
+        if self.device_id >= len(devices):
+            raise RuntimeError(f"{self!r}: JAX sees {len(devices)} {self.platform} device(s) "
+                               f"({[str(d) for d in jax.devices()]} available)")
+        return devices[self.device_id]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.device_id})" if self.platform != "cpu" else "CPUPlace()"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and self.device_id == other.device_id
+
+    def __hash__(self) -> int:
+        return hash((self.platform, self.device_id))
+
+
+class CPUPlace(Place):
+    """The host CPU."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+class CUDAPlace(Place):
+    """NVIDIA GPU number ``device_id``."""
+
+    platform = "gpu"
+
+
+class TPUPlace(Place):
+    """TPU core number ``device_id``."""
+
+    platform = "tpu"
+
+
+def default_device() -> jax.Device:
+    return jax.devices()[0]

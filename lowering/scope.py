@@ -1,0 +1,136 @@
+"""The runtime scope: named holders that stay empty until a value of some kind is asked for.
+
+As in the seeds (000/001): ``scope.var(name)`` makes a holder that holds nothing;
+``holder.get_mutable(kind)`` creates a value of that kind on first use (a :class:`LoDTensor`, a
+string, a list, a child :class:`Scope`); ``holder.get(kind)`` reads it and raises ``TypeError``
+if it holds another kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from .lod_tensor import LoDTensor
+
+_FACTORIES = {LoDTensor: LoDTensor, str: str, list: list, int: int, float: float}
+
+
+class ScopeVariable:
+    """A lazily-filled holder of one value of any kind."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._kind: type | None = None
+        self._value: Any = None
+
+    def is_initialized(self) -> bool:
+        return self._kind is not None
+
+    def holds(self, kind: type) -> bool:
+        return self._kind is kind
+
+    @property
+    def kind(self) -> type | None:
+        return self._kind
+
+    def get_mutable(self, kind: type):
+        """The held value of ``kind``, created empty on first use.
+
+        Holding a value of another kind is a ``TypeError`` (as ``Variable::GetMutable<T>``).
+        """
+        if self._kind is None:
+            factory = Scope if kind is Scope else _FACTORIES.get(kind, kind)
+            self._value = factory()
+            self._kind = kind
+        elif self._kind is not kind:
+            raise TypeError(f"variable {self.name!r} holds a {self._kind.__name__}, not a {kind.__name__}")
+        return self._value
+
+    def get(self, kind: type):
+        """The held value, which must be of ``kind``."""
+        if self._kind is None:
+            raise TypeError(f"variable {self.name!r} holds nothing yet (asked for a {kind.__name__})")
+        if self._kind is not kind:
+            raise TypeError(f"variable {self.name!r} holds a {self._kind.__name__}, not a {kind.__name__}")
+        return self._value
+
+    def set(self, value: Any) -> None:
+        """Hold a plain value (a string, a list of ints ...), replacing what was held."""
+        self._kind = type(value)
+        self._value = value
+
+    def get_tensor(self) -> LoDTensor:
+        """The held :class:`LoDTensor` (created empty if the holder is empty)."""
+        return self.get_mutable(LoDTensor)
+
+    def __repr__(self) -> str:
+        what = "empty" if self._kind is None else repr(self._value)
+        return f"<ScopeVariable {self.name!r}: {what}>"
+
+
+class Scope:
+    """Named runtime variables; a child scope falls back to its parent for lookups."""
+
+    def __init__(self, parent: "Scope | None" = None) -> None:
+        self.parent = parent
+        self._vars: dict[str, ScopeVariable] = {}
+        self._kids: list[Scope] = []
+
+    def var(self, name: str) -> ScopeVariable:
+        """The holder ``name`` in this scope, created empty if missing here."""
+        holder = self._vars.get(name)
+        if holder is None:
+            holder = self._vars[name] = ScopeVariable(name)
+        return holder
+
+    def find_var(self, name: str) -> ScopeVariable | None:
+        """The holder ``name`` here or in an ancestor; None if none has it."""
+        scope: Scope | None = self
+        while scope is not None:
+            holder = scope._vars.get(name)
+            if holder is not None:
+                return holder
+            scope = scope.parent
+        return None
+
+    def find_local_var(self, name: str) -> ScopeVariable | None:
+        return self._vars.get(name)
+
+    def new_scope(self) -> "Scope":
+        """A child scope whose lookups fall back to this one."""
+        kid = Scope(self)
+        self._kids.append(kid)
+        return kid
+
+    def drop_kids(self) -> None:
+        self._kids.clear()
+
+    def erase(self, names) -> None:
+        for n in names:
+            self._vars.pop(n, None)
+
+    def local_var_names(self) -> list[str]:
+        return list(self._vars)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._vars)
+
+    def __contains__(self, name: str) -> bool:
+        return self.find_var(name) is not None
+
+    def __repr__(self) -> str:
+        return f"<Scope {len(self._vars)} vars>"
+
+
+_global_scope = Scope()
+
+
+def global_scope() -> Scope:
+    """The scope an Executor uses when ``run`` is given none."""
+    return _global_scope
+
+
+def switch_scope(scope: Scope) -> Scope:
+    global _global_scope
+    previous, _global_scope = _global_scope, scope
+    return previous
