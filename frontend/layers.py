@@ -180,3 +180,9 @@ elementwise_add = _elementwise("elementwise_add")
 elementwise_sub = _elementwise("elementwise_sub")
 elementwise_mul = _elementwise("elementwise_mul")
 elementwise_div = _elementwise("elementwise_div")
+
+
+# Layer families defined in their own modules are part of `fj.layer` too.
+from .math_layers import *  # noqa: E402,F401,F403
+from .nn_layers import *  # noqa: E402,F401,F403
+from .tensor_layers import *  # noqa: E402,F401,F403

@@ -1,3 +1,4 @@
 """Op definitions, one module per family; importing this package registers them all."""
 
-from . import math, nn, random, tensor  # noqa: F401
+from . import (activation, conv, logic, loss, manipulation, math, nn, norm, random,  # noqa: F401
+               reduce, tensor)

@@ -1,0 +1,3 @@
+"""Layer functions (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,1 @@
+"""loss ops (being written)."""

@@ -1,0 +1,1 @@
+"""manipulation ops (being written)."""
