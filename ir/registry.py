@@ -124,8 +124,8 @@ class OpDef:
     no_grad_inputs: frozenset[str] = frozenset()
     # Output slots whose gradient is not an input of the grad op (e.g. Paddle's XShape, Mask).
     no_grad_outputs: frozenset[str] = frozenset()
-    # "auto": `<type>_grad` is the vjp of `compute`; None: not differentiable; a string: the
-    # type of an explicitly registered grad op.
+    # "auto": `<type>_grad` is the vjp of `compute`, registered here; "custom": the op's module
+    # registers `<type>_grad` itself (slots named by the same convention); None: no gradient.
     grad: str | None = "auto"
     # Runs on the host, outside jax.jit (e.g. filling a string variable).
     host: bool = False
@@ -187,7 +187,7 @@ def op(
             infer_shape=infer_shape,
             no_grad_inputs=frozenset(no_grad_inputs),
             no_grad_outputs=frozenset(no_grad_outputs),
-            grad=None if host or random else grad,
+            grad=None if host or (random and grad == "auto") else grad,
             host=host,
             random=random,
             doc=(compute.__doc__ or "").strip(),

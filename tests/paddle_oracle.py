@@ -1,0 +1,50 @@
+"""Running fluidjax programs in Paddle 2.6.2, the test oracle."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterable, Mapping
+
+import numpy as np
+
+os.environ.setdefault("GLOG_minloglevel", "2")
+import paddle  # noqa: E402
+
+paddle.enable_static()
+
+
+@contextlib.contextmanager
+def paddle_static():
+    """Paddle in static-graph mode for the duration of the block."""
+    paddle.enable_static()
+    yield
+
+
+def parse(program_bytes: bytes) -> "paddle.static.Program":
+    """Our serialized program, parsed by Paddle."""
+    return paddle.static.Program.parse_from_string(program_bytes)
+
+
+def run(program, feed: Mapping[str, np.ndarray], fetch: Iterable[str],
+        params: Mapping[str, np.ndarray] | None = None, scope=None) -> list[np.ndarray]:
+    """Run a Paddle program (or our serialized bytes) with ``params`` put in a fresh scope first.
+
+    Returns the fetched values as NumPy arrays. ``scope`` lets a caller keep the scope across runs
+    (pass a ``paddle.static.Scope()``).
+    """
+    if isinstance(program, (bytes, bytearray)):
+        program = parse(bytes(program))
+    scope = scope if scope is not None else paddle.static.Scope()
+    place = paddle.CPUPlace()
+    exe = paddle.static.Executor(place)
+    with paddle.static.scope_guard(scope):
+        for name, value in (params or {}).items():
+            scope.var(name).get_tensor().set(np.ascontiguousarray(value), place)
+        outs = exe.run(program, feed=dict(feed), fetch_list=list(fetch), return_numpy=False)
+    return [np.array(o) for o in outs]
+
+
+def scope_values(scope, names: Iterable[str]) -> dict[str, np.ndarray]:
+    """Read variables from a Paddle scope."""
+    return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
