@@ -18,3 +18,5 @@ __all__ = [
     "VarInfo", "Variable", "default_main_program", "default_startup_program", "dtypes",
     "infer_shapes", "registry", "switch_main_program", "switch_startup_program", "unique_name",
 ]
+
+from .backward import append_backward  # noqa: E402

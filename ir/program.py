@@ -24,6 +24,9 @@ OP_ROLE_OPTIMIZE = 2
 OP_ROLE_LRSCHED = 16
 OP_ROLE_LOSS = 256
 
+# Paddle's name for "no variable here" in a slot (a gradient nobody computes).
+EMPTY_VAR_NAME = "@EMPTY@"
+
 _ArgList = Variable | str | Sequence[Variable | str] | None
 
 
@@ -67,11 +70,11 @@ class Operator:
 
     @property
     def input_arg_names(self) -> list[str]:
-        return [n for names in self.inputs.values() for n in names]
+        return [n for names in self.inputs.values() for n in names if n != EMPTY_VAR_NAME]
 
     @property
     def output_arg_names(self) -> list[str]:
-        return [n for names in self.outputs.values() for n in names]
+        return [n for names in self.outputs.values() for n in names if n != EMPTY_VAR_NAME]
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -261,7 +264,7 @@ class Block:
             if len(names) > 1 and not slot.duplicable:
                 raise ValueError(f"op {opdef.type!r} {kind} {slot.name!r} takes one variable, got {names}")
             for n in names:
-                if self.find_var(n) is None:
+                if n != EMPTY_VAR_NAME and self.find_var(n) is None:
                     raise KeyError(f"op {opdef.type!r} {kind} {slot.name!r}: variable {n!r} is not in "
                                    f"block {self.idx}; create it first (block.create_var)")
             if names or slot.name in given:
@@ -292,6 +295,9 @@ class Program:
         self._op_role = OP_ROLE_FORWARD
         self.desc_version: int | None = None          # ProgramDesc.version.version, if set
         self.op_version_map: list[tuple[str, int]] | None = None
+        # Called with the scope before each run, after feeds are checked (e.g. a learning-rate
+        # scheduler writing its current value); Python-only, not serialized.
+        self.run_hooks: list = []
 
     def _bump(self) -> None:
         self._version += 1
@@ -351,6 +357,7 @@ class Program:
 
         new = program_from_proto(program_to_proto(self))
         new.random_seed = self.random_seed
+        new.run_hooks = list(self.run_hooks)
         for block, new_block in zip(self.blocks, new.blocks):
             for name, var in block.vars.items():
                 new_var = new_block.vars[name]

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from . import callstack, dtypes, registry
 from .errors import ShapeError
+from .program import EMPTY_VAR_NAME
 
 
 class VarInfo(NamedTuple):
@@ -42,8 +43,9 @@ class InferShapeContext:
         names = self.op.inputs.get(slot, [])
         return self._info(names[0]) if names else None
 
-    def inputs(self, slot: str) -> list[VarInfo]:
-        return [self._info(n) for n in self.op.inputs.get(slot, [])]
+    def inputs(self, slot: str) -> list[VarInfo | None]:
+        """The variables in input ``slot``; None stands for an ``@EMPTY@`` entry."""
+        return [None if n == EMPTY_VAR_NAME else self._info(n) for n in self.op.inputs.get(slot, [])]
 
     def output(self, slot: str) -> VarInfo | None:
         """The variable currently in output ``slot`` (as declared, before this rule)."""
@@ -68,7 +70,7 @@ class InferShapeContext:
         (Paddle's ShareLoD). An absent dispensable output is ignored.
         """
         names = self.op.outputs.get(slot, [])
-        if index >= len(names):
+        if index >= len(names) or names[index] == EMPTY_VAR_NAME:
             return
         first = self._first_input()
         if dtype is None:
@@ -94,6 +96,8 @@ class InferShapeContext:
         ins = []
         for slot, names in self.op.inputs.items():
             for n in names:
+                if n == EMPTY_VAR_NAME:
+                    continue
                 info = self._info(n)
                 ins.append(f"{slot}={n!r} shape={info.shape} dtype={info.dtype}")
         where = callstack.where(self.op.attrs.get("op_callstack"))
@@ -198,4 +202,5 @@ def grad_rule(ctx: InferShapeContext) -> None:
     for slot in ctx.opdef.outputs:
         fwd_slot = slot.name[: -len("@GRAD")]
         for i, info in enumerate(ctx.inputs(fwd_slot)):
-            ctx.set_output(slot.name, info.shape, info.dtype, info.lod_level, index=i)
+            if info is not None:
+                ctx.set_output(slot.name, info.shape, info.dtype, info.lod_level, index=i)

@@ -89,6 +89,8 @@ class Executor:
         fetch_names = tuple(_fetch_name(f) for f in (fetch_list or []))
         plan = self._plan(program, tuple(sorted(feed)), fetch_names)
         feeds = self._check_feeds(program, plan, feed)
+        for hook in program.run_hooks:
+            hook(scope)
         mutable = self._gather(plan, plan.mutable_state, scope)
         const = self._gather(plan, plan.const_state, scope)
         self._run_host_ops(plan, scope)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..ir import callstack, dtypes, registry, shape
 from ..ir.errors import OpRuntimeError, ShapeError
+from ..ir.program import EMPTY_VAR_NAME
 from .context import ComputeContext
 
 GRAD_SUFFIX = "@GRAD"
@@ -27,7 +28,7 @@ def _values(op, env: MutableMapping[str, Any]) -> dict[str, list]:
     out = {}
     for slot, names in op.inputs.items():
         try:
-            out[slot] = [env[n] for n in names]
+            out[slot] = [None if n == EMPTY_VAR_NAME else env[n] for n in names]
         except KeyError as exc:
             raise OpRuntimeError(
                 f"op {op.type!r} at {op.location}: input {slot}={exc.args[0]!r} has no value "
@@ -54,7 +55,7 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         names = op.outputs.get(slot) or []
         values = value if isinstance(value, (list, tuple)) else [value]
         for name, v in zip(names, values):
-            if v is not None:
+            if v is not None and name != EMPTY_VAR_NAME:
                 env[name] = v
 
 
@@ -82,9 +83,12 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
     """
     fwd = registry.get(ctx.opdef.forward_type)
     primal = {s.name: ctx.inputs(s.name) for s in fwd.inputs}
+    grad_names = ctx._out_names
     wanted = [(s.name, i) for s in fwd.inputs if s.name not in fwd.no_grad_inputs
               for i in range(len(primal[s.name]))
-              if ctx.has_output(s.name + GRAD_SUFFIX) and _differentiable(primal[s.name][i])]
+              if i < len(grad_names.get(s.name + GRAD_SUFFIX, ()))
+              and grad_names[s.name + GRAD_SUFFIX][i] != EMPTY_VAR_NAME
+              and _differentiable(primal[s.name][i])]
     out_slots = [s.name for s in fwd.outputs if s.name not in fwd.no_grad_outputs]
     fwd_out_names = {s.name: ctx.op.inputs.get(s.name, []) for s in fwd.outputs}
 
