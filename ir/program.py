@@ -112,6 +112,8 @@ class Operator:
         return f"{{{outs}}} = {self.type}({ins}{'; ' if attrs else ''}{attrs})"
 
 
+_FRAMEWORK_ATTRS = {"op_device": ("string", ""), "op_namescope": ("string", "/"), "op_role_var": ("strings", [])}
+
 _HIDDEN_ATTRS = frozenset({"op_callstack", "op_role", "op_role_var", "op_namescope", "op_device",
                            "with_quant_attr", "use_mkldnn", "use_cudnn"})
 
@@ -245,6 +247,11 @@ class Block:
         if "op_role" not in values:
             values["op_role"] = self.program._op_role
             types["op_role"] = registry.ATTR_TYPES["int"]
+        # Paddle's framework attributes, which its Python passes (append_backward) expect.
+        for name, (kind, value) in _FRAMEWORK_ATTRS.items():
+            if name not in values:
+                values[name] = list(value) if isinstance(value, list) else value
+                types[name] = registry.ATTR_TYPES[kind]
         values["op_callstack"] = callstack.user_callstack()
         types["op_callstack"] = registry.ATTR_TYPES["strings"]
         order = sorted(values)
