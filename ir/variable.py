@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 def _no_value(var: "Variable", what: str):
     raise SymbolicValueError(
         f"{what} of Variable {var.name!r}: a Variable is symbolic and holds no value while the "
-        "program is built. Run the program and fetch it: "
-        f"exe.run(program, feed=..., fetch_list=[{var.name!r}])"
+        "program is built. Run the program with an Executor and fetch it: "
+        f"exe = fj.Executor(); exe.run(program, feed=..., fetch_list=[{var.name!r}])"
     )
 
 

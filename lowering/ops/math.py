@@ -1,17 +1,26 @@
-"""Elementwise arithmetic, scaling, means and activations."""
+"""Elementwise arithmetic with Paddle's ``axis`` broadcasting, ``scale``, ``sum`` and ``mean``.
+
+The unary activations (relu, sigmoid, tanh, square, …) live in ``activation.py``; comparisons
+reuse :func:`align_y` and :func:`elementwise_shape` from here (``logic.py``).
+"""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext, same_as
-from ._shapes import paddle_broadcast
+from ._shapes import dims_equal, paddle_broadcast
 
 
-def _align_y(x, y, axis: int):
-    """Reshape ``y`` for Paddle's ``axis`` broadcasting against ``x``."""
+def align_y(x, y, axis: int):
+    """Reshape ``y`` for Paddle's ``axis`` broadcasting against ``x``.
+
+    With ``axis == -1`` (or equal ranks) NumPy's trailing alignment applies as is. Otherwise
+    ``y``'s dims line up with ``x``'s starting at ``axis`` (trailing 1s of ``y`` that would run
+    past ``x``'s rank are dropped first, as Paddle does), e.g. x (2, 3, 4), y (3,), axis=1 → y
+    is viewed as (1, 3, 1).
+    """
     if axis == -1 or x.ndim == y.ndim:
         return y
     if axis < 0:
@@ -22,28 +31,68 @@ def _align_y(x, y, axis: int):
     return y.reshape((1,) * axis + shape + (1,) * (x.ndim - axis - len(shape)))
 
 
-def _elementwise_shape(ctx: InferShapeContext) -> None:
+_align_y = align_y  # the name other modules imported first
+
+
+def broadcast_shape(ctx: InferShapeContext) -> tuple[int, ...]:
+    """Check X and Y of a binary op (shapes broadcast with ``axis``, same dtype); their result shape."""
     x, y = ctx.input("X"), ctx.input("Y")
-    out = paddle_broadcast(x.shape, y.shape, ctx.attr("axis"))
-    ctx.check(out is not None, f"X {x.shape} and Y {y.shape} do not broadcast (axis={ctx.attr('axis')})")
+    axis = ctx.attr("axis")
+    axis = -1 if axis is None else axis
+    out = paddle_broadcast(x.shape, y.shape, axis)
+    ctx.check(out is not None, f"X {x.shape} and Y {y.shape} do not broadcast (axis={axis})")
     ctx.check(x.dtype == y.dtype, f"X is {x.dtype} but Y is {y.dtype}; cast one of them first")
-    ctx.set_output("Out", out, x.dtype, x.lod_level)
+    return out
 
 
-def _elementwise(name: str, fn, doc: str):
+def elementwise_shape(ctx: InferShapeContext) -> None:
+    """Shape rule of ``elementwise_*``: the broadcast shape, X's dtype and LoD."""
+    x = ctx.input("X")
+    ctx.set_output("Out", broadcast_shape(ctx), x.dtype, x.lod_level)
+
+
+_elementwise_shape = elementwise_shape
+
+
+def _elementwise(name: str, fn, doc: str, grad: str | None = "auto"):
     def rule(ctx):
         x, y = ctx.input("X"), ctx.input("Y")
-        return {"Out": fn(x, _align_y(x, y, ctx.attr("axis")))}
+        return {"Out": fn(x, align_y(x, y, ctx.attr("axis")))}
 
     rule.__doc__ = doc
     rule.__name__ = name
-    op(name, inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=_elementwise_shape)(rule)
+    op(name, inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape, grad=grad)(rule)
+
+
+def _maximum(x, y):
+    # Paddle's max picks X only where X > Y (ties and NaN in X go to Y), and its gradient follows
+    # that choice: dX = dOut * (X > Y), dY = dOut * (X <= Y). jnp.maximum would split ties.
+    return jnp.where(x > y, x, y)
+
+
+def _minimum(x, y):
+    return jnp.where(x < y, x, y)
+
+
+def _floordiv(x, y):
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return jnp.floor_divide(x, y)
+    return jnp.floor(x / y)
 
 
 _elementwise("elementwise_add", jnp.add, "Out = X + Y, with Paddle's axis broadcasting.")
 _elementwise("elementwise_sub", jnp.subtract, "Out = X - Y, with Paddle's axis broadcasting.")
 _elementwise("elementwise_mul", jnp.multiply, "Out = X * Y, with Paddle's axis broadcasting.")
 _elementwise("elementwise_div", jnp.divide, "Out = X / Y, with Paddle's axis broadcasting.")
+_elementwise("elementwise_max", _maximum,
+             "Out = max(X, Y) (X where X > Y, else Y); the gradient goes to Y on ties, as in Paddle.")
+_elementwise("elementwise_min", _minimum,
+             "Out = min(X, Y) (X where X < Y, else Y); the gradient goes to Y on ties, as in Paddle.")
+_elementwise("elementwise_pow", jnp.power, "Out = X ** Y, with Paddle's axis broadcasting.")
+# Paddle 2.6 defines no gradient for mod and floordiv: backward stops there, here too.
+_elementwise("elementwise_mod", jnp.mod,
+             "Out = X mod Y with the sign of Y (Python's %), integer or float. No gradient.", grad=None)
+_elementwise("elementwise_floordiv", _floordiv, "Out = floor(X / Y) (Python's //). No gradient.", grad=None)
 
 
 @op("scale", inputs="X ScaleTensor?", outputs="Out",
@@ -58,6 +107,31 @@ def scale(ctx):
     return {"Out": x * s + b if ctx.attr("bias_after_scale") else (x + b) * s}
 
 
+def _sum_shape(ctx: InferShapeContext) -> None:
+    xs = ctx.inputs("X")
+    ctx.check(len(xs) > 0, "sum needs at least one input")
+    first = xs[0]
+    shape = list(first.shape)
+    for x in xs[1:]:
+        ctx.check(x.ndim == first.ndim, f"inputs have ranks {[v.ndim for v in xs]}; sum needs equal shapes")
+        ctx.check(x.dtype == first.dtype, f"inputs have dtypes {[v.dtype for v in xs]}; sum needs one dtype")
+        for i, d in enumerate(x.shape):
+            ctx.check(dims_equal(shape[i], d), f"inputs have shapes {[v.shape for v in xs]}; sum needs equal shapes")
+            shape[i] = d if shape[i] < 0 else shape[i]
+    ctx.set_output("Out", shape, first.dtype, first.lod_level)
+
+
+@op("sum", inputs="X*", outputs="Out", attrs={"use_mkldnn": False, "mkldnn_data_type": "float32"},
+    infer_shape=_sum_shape)
+def sum_(ctx):
+    """Out = X[0] + X[1] + … (Paddle's ``sum``/``add_n``; also adds up gradient contributions)."""
+    xs = ctx.inputs("X")
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return {"Out": out}
+
+
 def _scalar_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     ctx.set_output("Out", (), x.dtype, 0)
@@ -67,18 +141,3 @@ def _scalar_shape(ctx: InferShapeContext) -> None:
 def mean(ctx):
     """The mean of all elements of X, as a 0-d tensor."""
     return {"Out": jnp.mean(ctx.input("X"))}
-
-
-def _activation(name: str, fn, doc: str):
-    def rule(ctx):
-        return {"Out": fn(ctx.input("X"))}
-
-    rule.__doc__ = doc
-    rule.__name__ = name
-    op(name, inputs="X", outputs="Out", infer_shape=same_as("X"))(rule)
-
-
-_activation("relu", jax.nn.relu, "max(X, 0).")
-_activation("sigmoid", jax.nn.sigmoid, "1 / (1 + exp(-X)).")
-_activation("tanh", jnp.tanh, "tanh(X).")
-_activation("square", jnp.square, "X * X.")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ...ir.registry import op
+from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
 from ._shapes import dims_equal, prod
 
@@ -75,3 +76,365 @@ def cross_entropy(ctx):
     picked = jnp.take_along_axis(x, jnp.clip(label, 0, x.shape[-1] - 1).astype(jnp.int32), axis=-1)
     loss = -jnp.log(picked)
     return {"Y": jnp.where(label == ctx.attr("ignore_index"), jnp.zeros_like(loss), loss)}
+
+
+# -- matrix products ------------------------------------------------------------------------------
+def _matmul_dims(ctx: InferShapeContext, x, y, tx: bool, ty: bool, strict_batch: bool):
+    """Output shape of a NumPy-style matmul with optional transposes of the last two dims."""
+    xs, ys = list(x.shape), list(y.shape)
+    ctx.check(x.ndim >= 1 and y.ndim >= 1, f"X {x.shape} and Y {y.shape} must have rank >= 1")
+    ctx.check(x.dtype == y.dtype, f"X is {x.dtype} but Y is {y.dtype}")
+    if x.ndim >= 2 and tx:
+        xs[-1], xs[-2] = xs[-2], xs[-1]
+    if y.ndim >= 2 and ty:
+        ys[-1], ys[-2] = ys[-2], ys[-1]
+    x_vec, y_vec = x.ndim == 1, y.ndim == 1
+    if x_vec:
+        xs = [1] + xs
+    if y_vec:
+        ys = ys + [1]
+    ctx.check(dims_equal(xs[-1], ys[-2]),
+              f"inner dims differ: X {x.shape} (transposed={tx}) has {xs[-1]} columns but Y {y.shape} "
+              f"(transposed={ty}) has {ys[-2]} rows")
+    bx, by = xs[:-2], ys[:-2]
+    if strict_batch and bx and by:
+        ctx.check(len(bx) == len(by) and all(dims_equal(a, b) for a, b in zip(bx, by)),
+                  f"batch dims of X {x.shape} and Y {y.shape} must be equal (matmul v1 does not broadcast)")
+    n = max(len(bx), len(by))
+    bx, by = [1] * (n - len(bx)) + bx, [1] * (n - len(by)) + by
+    batch = []
+    for a, b in zip(bx, by):
+        if a == 1:
+            batch.append(b)
+        elif b == 1:
+            batch.append(a)
+        else:
+            ctx.check(dims_equal(a, b), f"batch dims of X {x.shape} and Y {y.shape} do not broadcast")
+            batch.append(a if a >= 0 else b)
+    out = batch + ([] if x_vec else [xs[-2]]) + ([] if y_vec else [ys[-1]])
+    return tuple(out)
+
+
+def _matmul(x, y, tx: bool, ty: bool):
+    if x.ndim >= 2 and tx:
+        x = jnp.swapaxes(x, -1, -2)
+    if y.ndim >= 2 and ty:
+        y = jnp.swapaxes(y, -1, -2)
+    return jnp.matmul(x, y)
+
+
+def _matmul_v1_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    ctx.check(ctx.attr("head_number") in (None, 1), "head_number > 1 is not supported")
+    out = _matmul_dims(ctx, x, y, ctx.attr("transpose_X"), ctx.attr("transpose_Y"), strict_batch=True)
+    ctx.set_output("Out", out, x.dtype, x.lod_level)
+
+
+@op("matmul", inputs="X Y", outputs="Out",
+    attrs={"transpose_X": False, "transpose_Y": False, "alpha": 1.0, "head_number": 1},
+    infer_shape=_matmul_v1_shape)
+def matmul(ctx):
+    """Out = alpha · op(X) · op(Y), op transposing the last two dims when asked; 1-D operands are
+    vectors (their dim is dropped from the result), leading dims are batch dims."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    out = _matmul(x, y, ctx.attr("transpose_X"), ctx.attr("transpose_Y"))
+    alpha = ctx.attr("alpha")
+    if alpha != 1.0:
+        out = out * jnp.asarray(alpha, out.dtype)
+    return {"Out": out}
+
+
+def _matmul_v2_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    out = _matmul_dims(ctx, x, y, ctx.attr("trans_x"), ctx.attr("trans_y"), strict_batch=False)
+    ctx.set_output("Out", out, x.dtype, x.lod_level)
+
+
+@op("matmul_v2", inputs="X Y", outputs="Out", attrs={"trans_x": False, "trans_y": False},
+    infer_shape=_matmul_v2_shape)
+def matmul_v2(ctx):
+    """NumPy's matmul (batch dims broadcast, 1-D operands are vectors), with optional transposes."""
+    return {"Out": _matmul(ctx.input("X"), ctx.input("Y"), ctx.attr("trans_x"), ctx.attr("trans_y"))}
+
+
+@op("log_softmax", inputs="X", outputs="Out", attrs={"axis": -1}, infer_shape=same_as("X"))
+def log_softmax(ctx):
+    """log(softmax(X)) along ``axis``, computed stably."""
+    return {"Out": jax.nn.log_softmax(ctx.input("X"), axis=ctx.attr("axis"))}
+
+
+# -- dropout ----------------------------------------------------------------------------------------
+def _dropout_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    p = ctx.attr("dropout_prob")
+    ctx.check(0.0 <= p <= 1.0, f"dropout_prob must be in [0, 1], got {p}")
+    impl = ctx.attr("dropout_implementation")
+    ctx.check(impl in ("downgrade_in_infer", "upscale_in_train"),
+              f"dropout_implementation must be 'downgrade_in_infer' or 'upscale_in_train', got {impl!r}")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+    ctx.set_output("Mask", x.shape, "uint8", x.lod_level)
+
+
+_DROPOUT_ATTRS = {"dropout_prob": 0.5, "is_test": False, "dropout_implementation": "downgrade_in_infer",
+                  "fix_seed": False, "seed": 0}
+
+
+@op("dropout", inputs="X Seed?", outputs="Out Mask", attrs=_DROPOUT_ATTRS, infer_shape=_dropout_shape,
+    no_grad_inputs=["Seed"], random=True, grad="custom")
+def dropout(ctx):
+    """Zero each element with probability ``dropout_prob``; ``Mask`` (uint8) marks the kept ones.
+
+    ``downgrade_in_infer``: training keeps X·mask, inference scales by (1 - p).
+    ``upscale_in_train``: training keeps X·mask / (1 - p), inference passes X through.
+    A ``Seed`` input or ``fix_seed`` with a non-zero ``seed`` makes the mask reproducible.
+    """
+    x = ctx.input("X")
+    p = float(ctx.attr("dropout_prob"))
+    upscale = ctx.attr("dropout_implementation") == "upscale_in_train"
+    if ctx.attr("is_test"):
+        out = x if upscale else x * jnp.asarray(1.0 - p, x.dtype)
+        return {"Out": out, "Mask": jnp.ones(x.shape, jnp.uint8)}
+    seed_tensor = ctx.input("Seed")
+    if seed_tensor is not None:
+        key = jax.random.PRNGKey(seed_tensor.reshape(-1)[0])
+    elif ctx.attr("fix_seed") and ctx.attr("seed"):
+        key = jax.random.PRNGKey(int(ctx.attr("seed")))
+    else:
+        key = ctx.rng()
+    keep = jax.random.uniform(key, x.shape) >= p
+    mask = keep.astype(jnp.uint8)
+    return {"Out": _dropout_apply(x, mask, p, upscale), "Mask": mask}
+
+
+def _dropout_apply(x, mask, p: float, upscale: bool):
+    kept = x * mask.astype(x.dtype)
+    if upscale:
+        return kept * jnp.asarray(1.0 / (1.0 - p), x.dtype) if p < 1.0 else jnp.zeros_like(x)
+    return kept
+
+
+def _dropout_grad_shape(ctx: InferShapeContext) -> None:
+    g = ctx.input("Out@GRAD")
+    ctx.set_output("X@GRAD", g.shape, g.dtype, g.lod_level)
+
+
+@op("dropout_grad", inputs="Mask Out@GRAD", outputs="X@GRAD", attrs=_DROPOUT_ATTRS,
+    infer_shape=_dropout_grad_shape, grad=None)
+def dropout_grad(ctx):
+    """X@GRAD from the forward pass's saved Mask (the same elements are dropped and scaled)."""
+    g = ctx.input("Out@GRAD")
+    p = float(ctx.attr("dropout_prob"))
+    upscale = ctx.attr("dropout_implementation") == "upscale_in_train"
+    if ctx.attr("is_test"):
+        return {"X@GRAD": g if upscale else g * jnp.asarray(1.0 - p, g.dtype)}
+    return {"X@GRAD": _dropout_apply(g, ctx.input("Mask"), p, upscale)}
+
+
+# -- embeddings ---------------------------------------------------------------------------------------
+def _lookup(w, ids, padding_idx: int):
+    ids = ids.astype(jnp.int32) if ids.dtype != jnp.int32 else ids
+    out = jnp.take(w, ids, axis=0, mode="clip")
+    if padding_idx != -1:
+        pad = padding_idx if padding_idx >= 0 else padding_idx + w.shape[0]
+        out = jnp.where((ids == pad)[..., None], jnp.zeros((), w.dtype), out)
+    return out
+
+
+def _check_table(ctx: InferShapeContext, w, ids) -> None:
+    ctx.check(w.ndim == 2, f"W must be a 2-D table [vocabulary, width], got {w.shape}")
+    ctx.check(ids.dtype in ("int64", "int32"), f"Ids must be int64 or int32, got {ids.dtype}")
+
+
+def _lookup_table_shape(ctx: InferShapeContext) -> None:
+    w, ids = ctx.input("W"), ctx.input("Ids")
+    _check_table(ctx, w, ids)
+    ctx.check(ids.ndim >= 1 and dims_equal(ids.shape[-1], 1),
+              f"lookup_table needs Ids with a trailing dim of 1, got {ids.shape}")
+    ctx.set_output("Out", ids.shape[:-1] + (w.shape[1],), w.dtype, ids.lod_level)
+
+
+@op("lookup_table", inputs="W Ids", outputs="Out",
+    attrs={"is_sparse": False, "is_distributed": False, "padding_idx": Attr("long", -1),
+           "remote_prefetch": False, "entry_config": "", "is_test": False, "entry": "none",
+           "table_class": "none", "table_names": Attr("strings", []), "trainer_id": 0,
+           "grad_inplace": False, "epmap": Attr("strings", []), "height_sections": Attr("longs", [])},
+    infer_shape=_lookup_table_shape, no_grad_inputs=["Ids"])
+def lookup_table(ctx):
+    """Rows of W picked by Ids ([..., 1]); rows for ``padding_idx`` (-1: none) are zeros.
+
+    The gradient of W is dense (``is_sparse`` is accepted but SelectedRows are not produced)."""
+    ids = ctx.input("Ids")
+    return {"Out": _lookup(ctx.input("W"), ids.reshape(ids.shape[:-1]), ctx.attr("padding_idx"))}
+
+
+def _lookup_table_v2_shape(ctx: InferShapeContext) -> None:
+    w, ids = ctx.input("W"), ctx.input("Ids")
+    _check_table(ctx, w, ids)
+    ctx.set_output("Out", ids.shape + (w.shape[1],), w.dtype, ids.lod_level)
+
+
+@op("lookup_table_v2", inputs="Ids W", outputs="Out", attrs={"padding_idx": Attr("long", -1)},
+    infer_shape=_lookup_table_v2_shape, no_grad_inputs=["Ids"])
+def lookup_table_v2(ctx):
+    """Rows of W picked by Ids (any shape; Out is Ids.shape + [width]); ``padding_idx`` rows are zeros."""
+    return {"Out": _lookup(ctx.input("W"), ctx.input("Ids"), ctx.attr("padding_idx"))}
+
+
+# -- prelu, cos_sim ---------------------------------------------------------------------------------------
+def _prelu_shape(ctx: InferShapeContext) -> None:
+    x, alpha = ctx.input("X"), ctx.input("Alpha")
+    mode, fmt = ctx.attr("mode"), ctx.attr("data_format")
+    ctx.check(mode in ("all", "channel", "element"), f"mode must be 'all', 'channel' or 'element', got {mode!r}")
+    n = prod(alpha.shape)
+    if mode == "all":
+        ctx.check(dims_equal(n, 1), f"mode='all' needs a single Alpha, got shape {alpha.shape}")
+    elif mode == "channel":
+        ctx.check(x.ndim >= 2, f"mode='channel' needs X of rank >= 2, got {x.shape}")
+        c = x.shape[-1] if fmt in ("NHWC", "NDHWC", "NLC") else x.shape[1]
+        ctx.check(dims_equal(n, c), f"mode='channel' needs one Alpha per channel ({c}), got shape {alpha.shape}")
+    else:
+        ctx.check(dims_equal(n, prod(x.shape[1:])),
+                  f"mode='element' needs one Alpha per element of an example ({x.shape[1:]}), got {alpha.shape}")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("prelu", inputs="X Alpha", outputs="Out", attrs={"data_format": "NCHW", "mode": "all"},
+    infer_shape=_prelu_shape)
+def prelu(ctx):
+    """X where X > 0, Alpha·X elsewhere; Alpha is one value (``all``), one per channel (``channel``)
+    or one per element of an example (``element``)."""
+    x, alpha = ctx.input("X"), ctx.input("Alpha")
+    mode = ctx.attr("mode")
+    if mode == "all":
+        a = alpha.reshape(())
+    elif mode == "channel":
+        if ctx.attr("data_format") in ("NHWC", "NDHWC", "NLC"):
+            a = alpha.reshape((x.shape[-1],))
+        else:
+            a = alpha.reshape((1, x.shape[1]) + (1,) * (x.ndim - 2))
+    else:
+        a = alpha.reshape((1,) + tuple(x.shape[1:]))
+    return {"Out": jnp.where(x > 0, x, a.astype(x.dtype) * x)}
+
+
+def _cos_sim_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    ctx.check(x.ndim >= 2 and x.ndim == y.ndim, f"X {x.shape} and Y {y.shape} need the same rank >= 2")
+    ctx.check(all(dims_equal(a, b) for a, b in zip(x.shape[1:], y.shape[1:])),
+              f"X {x.shape} and Y {y.shape} differ after the first dim")
+    ctx.check(dims_equal(y.shape[0], 1) or dims_equal(x.shape[0], y.shape[0]),
+              f"Y's first dim must be 1 or X's ({x.shape[0]}), got {y.shape[0]}")
+    ctx.set_output("Out", (x.shape[0], 1), x.dtype, x.lod_level)
+    ctx.set_output("XNorm", (x.shape[0], 1), x.dtype, x.lod_level)
+    ctx.set_output("YNorm", (y.shape[0], 1), y.dtype, y.lod_level)
+
+
+@op("cos_sim", inputs="X Y", outputs="Out XNorm YNorm", infer_shape=_cos_sim_shape,
+    no_grad_outputs=["XNorm", "YNorm"])
+def cos_sim(ctx):
+    """Cosine similarity of each row of X with the row of Y (or Y's single row): [N, 1]."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    x2 = x.reshape((x.shape[0], -1))
+    y2 = y.reshape((y.shape[0], -1))
+    xn = jnp.sqrt(jnp.sum(x2 * x2, axis=1, keepdims=True))
+    yn = jnp.sqrt(jnp.sum(y2 * y2, axis=1, keepdims=True))
+    out = jnp.sum(x2 * y2, axis=1, keepdims=True) / (xn * yn)
+    return {"Out": out, "XNorm": xn, "YNorm": yn}
+
+
+# -- resizing -------------------------------------------------------------------------------------------
+_INTERP_ATTRS = {"data_layout": "NCHW", "out_d": 0, "out_h": 0, "out_w": 0, "scale": Attr("floats", []),
+                 "interp_method": "bilinear", "align_corners": True, "align_mode": 1}
+
+
+def _interp_sizes(op_type, x_shape, attrs, channel_last: bool):
+    """(spatial input dims, spatial output dims, per-dim scales or None) from the attributes."""
+    spatial = list(x_shape[1:-1] if channel_last else x_shape[2:])
+    n = len(spatial)
+    scale = [float(s) for s in (attrs.get("scale") or [])]
+    if len(scale) == 1:
+        scale = scale * n
+    names = {1: ["out_w"], 2: ["out_h", "out_w"], 3: ["out_d", "out_h", "out_w"]}[n]
+    if len(scale) == n and all(s > 0 for s in scale):
+        out = [int(np.float32(d) * np.float32(s)) if d >= 0 else -1 for d, s in zip(spatial, scale)]
+        return spatial, out, scale
+    return spatial, [int(attrs.get(k) or 0) for k in names], None
+
+
+def _interp_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    for slot in ("OutSize", "SizeTensor", "Scale"):
+        ctx.check(ctx.input(slot) is None,
+                  f"the {slot} tensor input is not supported; give the size with out_h/out_w or scale")
+    channel_last = ctx.attr("data_layout") in ("NHWC", "NDHWC", "NWC")
+    ndim = 4 if ctx.op.type == "bilinear_interp_v2" else None
+    ctx.check(x.ndim == ndim if ndim else 3 <= x.ndim <= 5,
+              f"X must be {'4-D' if ndim else '3-D to 5-D'} ({ctx.attr('data_layout')}), got {x.shape}")
+    _, out, _ = _interp_sizes(ctx.op.type, x.shape, ctx.op.attrs, channel_last)
+    ctx.check(all(d > 0 or d == -1 for d in out),
+              f"the output size must be positive: set out_h/out_w or a positive scale (got {out})")
+    shape = (x.shape[0],) + tuple(out) + (x.shape[-1],) if channel_last else x.shape[:2] + tuple(out)
+    ctx.set_output("Out", shape, x.dtype, x.lod_level)
+
+
+def _ratio(in_size: int, out_size: int, scale, align_corners: bool) -> np.float32:
+    if out_size <= 1:
+        return np.float32(0.0)
+    if align_corners:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(in_size) / np.float32(out_size)
+
+
+def _interp_compute(ctx, method: str):
+    x = ctx.input("X")
+    for slot in ("OutSize", "SizeTensor", "Scale"):
+        if ctx.input(slot) is not None:
+            raise NotImplementedError(f"the {slot} tensor input is not supported; use out_h/out_w or scale")
+    channel_last = ctx.attr("data_layout") in ("NHWC", "NDHWC", "NWC")
+    attrs = {k: ctx.attr(k) for k in _INTERP_ATTRS}
+    spatial, out, scale = _interp_sizes(ctx.opdef.type, x.shape, attrs, channel_last)
+    align_corners, align_mode = ctx.attr("align_corners"), ctx.attr("align_mode")
+    first = 1 if channel_last else 2
+    for i, (n_in, n_out) in enumerate(zip(spatial, out)):
+        axis = first + i
+        ratio = _ratio(n_in, n_out, scale[i] if scale else None, align_corners)
+        k = np.arange(n_out, dtype=np.float32)
+        if method == "nearest":
+            src = (ratio * k + np.float32(0.5)) if align_corners else ratio * k
+            idx = np.minimum(src.astype(np.int64), n_in - 1)
+            x = jnp.take(x, jnp.asarray(idx), axis=axis)
+            continue
+        half_pixel = align_mode == 0 and not align_corners
+        if half_pixel:
+            src = np.maximum(ratio * (k + np.float32(0.5)) - np.float32(0.5), np.float32(0.0))
+        else:
+            src = ratio * k
+        lo = np.maximum(src.astype(np.int64), 0)
+        lo = np.minimum(lo, n_in - 1)
+        hi = np.where(lo < n_in - 1, lo + 1, lo)
+        frac = (src - lo.astype(np.float32)).astype(np.float32)
+        shape = [1] * x.ndim
+        shape[axis] = n_out
+        w_hi = jnp.asarray(frac.reshape(shape), x.dtype)
+        w_lo = jnp.asarray((np.float32(1.0) - frac).reshape(shape), x.dtype)
+        x = jnp.take(x, jnp.asarray(lo), axis=axis) * w_lo + jnp.take(x, jnp.asarray(hi), axis=axis) * w_hi
+    return {"Out": x}
+
+
+@op("bilinear_interp_v2", inputs="X OutSize? SizeTensor*? Scale?", outputs="Out", attrs=_INTERP_ATTRS,
+    infer_shape=_interp_shape, no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
+def bilinear_interp_v2(ctx):
+    """Bilinear resize of a 4-D X to out_h × out_w (or input size × ``scale``).
+
+    ``align_corners`` maps corner pixels onto corner pixels; otherwise ``align_mode`` 0 uses
+    half-pixel centres and 1 maps output index i to input i·(in/out). Only the attribute forms of
+    the size are supported (not the OutSize/SizeTensor/Scale tensors)."""
+    return _interp_compute(ctx, "bilinear")
+
+
+@op("nearest_interp_v2", inputs="X OutSize? SizeTensor*? Scale?", outputs="Out", attrs=_INTERP_ATTRS,
+    infer_shape=_interp_shape, no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
+def nearest_interp_v2(ctx):
+    """Nearest-neighbour resize of a 3-D to 5-D X (out_w / out_h, out_w / out_d, out_h, out_w, or
+    ``scale``); ``align_corners`` rounds the source index instead of truncating it."""
+    return _interp_compute(ctx, "nearest")
