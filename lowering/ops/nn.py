@@ -293,6 +293,7 @@ def _prelu_shape(ctx: InferShapeContext) -> None:
         c = x.shape[-1] if fmt in ("NHWC", "NDHWC", "NLC") else x.shape[1]
         ctx.check(dims_equal(n, c), f"mode='channel' needs one Alpha per channel ({c}), got shape {alpha.shape}")
     else:
+        ctx.check(alpha.ndim == x.ndim, f"mode='element' needs Alpha of X's rank {x.ndim}, got {alpha.shape}")
         ctx.check(dims_equal(n, prod(x.shape[1:])),
                   f"mode='element' needs one Alpha per element of an example ({x.shape[1:]}), got {alpha.shape}")
     ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
@@ -367,9 +368,9 @@ def _interp_shape(ctx: InferShapeContext) -> None:
         ctx.check(ctx.input(slot) is None,
                   f"the {slot} tensor input is not supported; give the size with out_h/out_w or scale")
     channel_last = ctx.attr("data_layout") in ("NHWC", "NDHWC", "NWC")
-    ndim = 4 if ctx.op.type == "bilinear_interp_v2" else None
-    ctx.check(x.ndim == ndim if ndim else 3 <= x.ndim <= 5,
-              f"X must be {'4-D' if ndim else '3-D to 5-D'} ({ctx.attr('data_layout')}), got {x.shape}")
+    ranks = (4,) if ctx.op.type == "bilinear_interp_v2" else (4, 5)
+    ctx.check(x.ndim in ranks, f"X must be {' or '.join(f'{r}-D' for r in ranks)} "
+                               f"({ctx.attr('data_layout')}), got {x.shape}")
     _, out, _ = _interp_sizes(ctx.op.type, x.shape, ctx.op.attrs, channel_last)
     ctx.check(all(d > 0 or d == -1 for d in out),
               f"the output size must be positive: set out_h/out_w or a positive scale (got {out})")
@@ -435,6 +436,6 @@ def bilinear_interp_v2(ctx):
 @op("nearest_interp_v2", inputs="X OutSize? SizeTensor*? Scale?", outputs="Out", attrs=_INTERP_ATTRS,
     infer_shape=_interp_shape, no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
 def nearest_interp_v2(ctx):
-    """Nearest-neighbour resize of a 3-D to 5-D X (out_w / out_h, out_w / out_d, out_h, out_w, or
-    ``scale``); ``align_corners`` rounds the source index instead of truncating it."""
+    """Nearest-neighbour resize of a 4-D or 5-D X (out_h, out_w / out_d, out_h, out_w, or ``scale``);
+    ``align_corners`` rounds the source index instead of truncating it."""
     return _interp_compute(ctx, "nearest")
