@@ -190,9 +190,9 @@ def _static_k(ctx) -> int:
         return int(ctx.attr("k"))
     try:
         return int(jnp.asarray(k_tensor).reshape(-1)[0])
-    except jax.errors.ConcretizationTypeError:
+    except jax.errors.JAXTypeError:
         raise OpRuntimeError(
-            f"op {ctx.opdef.type!r}: a K input computed inside the program is not supported (XLA needs "
+            f"op {ctx.opdef.type!r}: a K input (a fed or computed tensor) is not supported (XLA needs "
             "k when compiling); set the attribute k instead") from None
 
 
