@@ -20,7 +20,7 @@ def test_wheel_holds_only_the_fluidjax_package(tmp_path):
     import pathlib
 
     root = pathlib.Path(__file__).parent.parent
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
                     "-w", str(tmp_path), str(root)], check=True)
     wheel = next(tmp_path.glob("fluidjax-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
