@@ -1,1 +1,209 @@
-"""norm ops (being written)."""
+"""Normalization: batch_norm (with moving statistics), layer_norm, group_norm, instance_norm.
+
+Variances are the biased (population) ones, as in Paddle. ``SavedVariance`` outputs hold the
+inverse standard deviation 1 / sqrt(var + epsilon) of the batch, which is what Paddle saves for
+its backward pass.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ...ir.registry import op
+from ...ir.shape import InferShapeContext
+from ._shapes import dims_equal, prod
+
+_CHANNEL_LAST = ("NHWC", "NDHWC", "NLC", "NWC")
+
+
+def _channel_axis(ndim: int, layout: str) -> int:
+    return ndim - 1 if layout in _CHANNEL_LAST and ndim > 2 else 1
+
+
+def _check_channel_vector(ctx: InferShapeContext, slot: str, c: int) -> None:
+    v = ctx.input(slot)
+    if v is None:
+        return
+    ctx.check(v.ndim == 1 and dims_equal(v.shape[0], c),
+              f"{slot} must be a vector of {c} channels, got shape {v.shape}")
+
+
+def _moments(x, axes):
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    return mean, var
+
+
+# -- batch_norm ------------------------------------------------------------------------------------------
+def _batch_norm_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    layout = ctx.attr("data_layout")
+    ctx.check(layout in ("NCHW", "NHWC", "AnyLayout"), f"data_layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    ctx.check(2 <= x.ndim <= 5, f"X must have rank 2 to 5, got {x.shape}")
+    c = x.shape[_channel_axis(x.ndim, layout)]
+    for slot in ("Scale", "Bias", "Mean", "Variance"):
+        _check_channel_vector(ctx, slot, c)
+    stat_dtype = ctx.input("Mean").dtype
+    ctx.set_output("Y", x.shape, x.dtype, x.lod_level)
+    for slot in ("MeanOut", "VarianceOut", "SavedMean", "SavedVariance"):
+        ctx.set_output(slot, (c,), stat_dtype, 0)
+    ctx.set_output("ReserveSpace", (0,), x.dtype, 0)
+
+
+@op("batch_norm", inputs="X Scale? Bias? Mean Variance MomentumTensor?",
+    outputs="Y MeanOut VarianceOut SavedMean SavedVariance ReserveSpace?",
+    attrs={"is_test": False, "momentum": 0.9, "epsilon": 1e-5, "data_layout": "NCHW",
+           "use_global_stats": False, "trainable_statistics": False},
+    infer_shape=_batch_norm_shape, no_grad_inputs=["Mean", "Variance", "MomentumTensor"],
+    no_grad_outputs=["MeanOut", "VarianceOut", "SavedMean", "SavedVariance", "ReserveSpace"])
+def batch_norm(ctx):
+    """Y = (X - mean) / sqrt(var + epsilon) · Scale + Bias per channel.
+
+    Training uses the batch's mean and (biased) variance and updates the moving statistics:
+    MeanOut = momentum · Mean + (1 - momentum) · batch mean (VarianceOut alike). With ``is_test``
+    (unless ``trainable_statistics``) or ``use_global_stats`` the moving Mean/Variance are used
+    and left unchanged.
+    """
+    x = ctx.input("X")
+    mean_in, var_in = ctx.input("Mean"), ctx.input("Variance")
+    axis = _channel_axis(x.ndim, ctx.attr("data_layout"))
+    c = x.shape[axis]
+    bshape = tuple(c if i == axis else 1 for i in range(x.ndim))
+    eps = ctx.attr("epsilon")
+    scale = ctx.input("Scale")
+    bias = ctx.input("Bias")
+    scale = jnp.ones((c,), x.dtype) if scale is None else scale.astype(x.dtype)
+    bias = jnp.zeros((c,), x.dtype) if bias is None else bias.astype(x.dtype)
+    global_stats = (ctx.attr("is_test") and not ctx.attr("trainable_statistics")) or ctx.attr("use_global_stats")
+    if global_stats:
+        mean, var = mean_in.astype(x.dtype), var_in.astype(x.dtype)
+        inv_std = jax.lax.rsqrt(var + jnp.asarray(eps, x.dtype))
+        y = (x - mean.reshape(bshape)) * (inv_std * scale).reshape(bshape) + bias.reshape(bshape)
+        return {"Y": y, "MeanOut": mean_in, "VarianceOut": var_in,
+                "SavedMean": jnp.zeros_like(mean_in), "SavedVariance": jnp.zeros_like(var_in),
+                "ReserveSpace": jnp.zeros((0,), x.dtype)}
+    axes = tuple(i for i in range(x.ndim) if i != axis)
+    mean, var = _moments(x, axes)
+    inv_std = jax.lax.rsqrt(var + jnp.asarray(eps, x.dtype))
+    y = (x - mean) * inv_std * scale.reshape(bshape) + bias.reshape(bshape)
+    momentum = ctx.input("MomentumTensor")
+    momentum = ctx.attr("momentum") if momentum is None else momentum.reshape(()).astype(mean_in.dtype)
+    batch_mean = jax.lax.stop_gradient(mean.reshape(c)).astype(mean_in.dtype)
+    batch_var = jax.lax.stop_gradient(var.reshape(c)).astype(var_in.dtype)
+    return {"Y": y,
+            "MeanOut": mean_in * momentum + batch_mean * (1 - momentum),
+            "VarianceOut": var_in * momentum + batch_var * (1 - momentum),
+            "SavedMean": batch_mean,
+            "SavedVariance": jax.lax.stop_gradient(inv_std.reshape(c)).astype(var_in.dtype),
+            # Paddle's cuDNN workspace; nothing to keep here.
+            "ReserveSpace": jnp.zeros((0,), x.dtype)}
+
+
+# -- layer_norm ----------------------------------------------------------------------------------------
+def _layer_norm_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    begin = ctx.attr("begin_norm_axis")
+    ctx.check(0 < begin < x.ndim or (x.ndim == 1 and begin == 0),
+              f"begin_norm_axis={begin} must lie in [1, rank of X = {x.ndim})")
+    right = prod(x.shape[begin:])
+    for slot in ("Scale", "Bias"):
+        v = ctx.input(slot)
+        if v is not None:
+            ctx.check(dims_equal(prod(v.shape), right),
+                      f"{slot} must hold {right} values (the normalized dims {x.shape[begin:]}), got {v.shape}")
+    ctx.set_output("Y", x.shape, x.dtype, x.lod_level)
+    ctx.set_output("Mean", x.shape[:begin], x.dtype, 0)
+    ctx.set_output("Variance", x.shape[:begin], x.dtype, 0)
+
+
+@op("layer_norm", inputs="X Scale? Bias?", outputs="Y Mean Variance",
+    attrs={"epsilon": 1e-5, "begin_norm_axis": 1}, infer_shape=_layer_norm_shape,
+    no_grad_outputs=["Mean", "Variance"])
+def layer_norm(ctx):
+    """Normalize each example over the dims from ``begin_norm_axis`` on; Scale and Bias (one value
+    per normalized element) follow. Mean and Variance have the shape X.shape[:begin_norm_axis]."""
+    x = ctx.input("X")
+    begin = ctx.attr("begin_norm_axis")
+    axes = tuple(range(begin, x.ndim))
+    mean, var = _moments(x, axes)
+    y = (x - mean) * jax.lax.rsqrt(var + jnp.asarray(ctx.attr("epsilon"), x.dtype))
+    norm_shape = x.shape[begin:]
+    if ctx.input("Scale") is not None:
+        y = y * ctx.input("Scale").reshape(norm_shape).astype(x.dtype)
+    if ctx.input("Bias") is not None:
+        y = y + ctx.input("Bias").reshape(norm_shape).astype(x.dtype)
+    return {"Y": y, "Mean": mean.reshape(x.shape[:begin]), "Variance": var.reshape(x.shape[:begin])}
+
+
+# -- group_norm ----------------------------------------------------------------------------------------
+def _group_norm_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    layout = ctx.attr("data_layout")
+    ctx.check(layout in ("NCHW", "NHWC"), f"data_layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    ctx.check(x.ndim >= 2, f"X must have rank >= 2, got {x.shape}")
+    groups = ctx.attr("groups")
+    c = x.shape[_channel_axis(x.ndim, layout)]
+    ctx.check(groups is not None and groups >= 1, f"groups must be >= 1, got {groups}")
+    ctx.check(c < 0 or c % groups == 0, f"the {c} channels do not split into groups={groups}")
+    _check_channel_vector(ctx, "Scale", c)
+    _check_channel_vector(ctx, "Bias", c)
+    ctx.set_output("Y", x.shape, x.dtype, x.lod_level)
+    ctx.set_output("Mean", (x.shape[0], groups), x.dtype, 0)
+    ctx.set_output("Variance", (x.shape[0], groups), x.dtype, 0)
+
+
+@op("group_norm", inputs="X Scale? Bias?", outputs="Y Mean Variance",
+    attrs={"epsilon": 1e-5, "groups": 1, "data_layout": "NCHW"}, infer_shape=_group_norm_shape,
+    no_grad_outputs=["Mean", "Variance"])
+def group_norm(ctx):
+    """Normalize each example over groups of ``groups`` consecutive channels (and all spatial
+    positions), then scale and shift per channel. Mean and Variance are [N, groups]."""
+    x = ctx.input("X")
+    groups = ctx.attr("groups")
+    channel_last = ctx.attr("data_layout") == "NHWC" and x.ndim > 2
+    xc = jnp.moveaxis(x, -1, 1) if channel_last else x
+    n, c = xc.shape[:2]
+    g = xc.reshape((n, groups, -1))
+    mean, var = _moments(g, (2,))
+    y = ((g - mean) * jax.lax.rsqrt(var + jnp.asarray(ctx.attr("epsilon"), x.dtype))).reshape(xc.shape)
+    bshape = (1, c) + (1,) * (xc.ndim - 2)
+    if ctx.input("Scale") is not None:
+        y = y * ctx.input("Scale").reshape(bshape).astype(x.dtype)
+    if ctx.input("Bias") is not None:
+        y = y + ctx.input("Bias").reshape(bshape).astype(x.dtype)
+    if channel_last:
+        y = jnp.moveaxis(y, 1, -1)
+    return {"Y": y, "Mean": mean.reshape(n, groups), "Variance": var.reshape(n, groups)}
+
+
+# -- instance_norm -----------------------------------------------------------------------------------
+def _instance_norm_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.check(x.ndim >= 2, f"X must be [N, C, ...], got {x.shape}")
+    _check_channel_vector(ctx, "Scale", x.shape[1])
+    _check_channel_vector(ctx, "Bias", x.shape[1])
+    ctx.set_output("Y", x.shape, x.dtype, x.lod_level)
+    nc = prod(x.shape[:2])
+    ctx.set_output("SavedMean", (nc,), x.dtype, 0)
+    ctx.set_output("SavedVariance", (nc,), x.dtype, 0)
+
+
+@op("instance_norm", inputs="X Scale? Bias?", outputs="Y SavedMean? SavedVariance?",
+    attrs={"epsilon": 1e-5}, infer_shape=_instance_norm_shape,
+    no_grad_outputs=["SavedMean", "SavedVariance"])
+def instance_norm(ctx):
+    """Normalize each channel of each example over its spatial positions, then scale and shift per
+    channel. SavedMean / SavedVariance ([N·C]) are the mean and the inverse standard deviation."""
+    x = ctx.input("X")
+    axes = tuple(range(2, x.ndim))
+    mean, var = _moments(x, axes)
+    inv_std = jax.lax.rsqrt(var + jnp.asarray(ctx.attr("epsilon"), x.dtype))
+    y = (x - mean) * inv_std
+    bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    if ctx.input("Scale") is not None:
+        y = y * ctx.input("Scale").reshape(bshape).astype(x.dtype)
+    if ctx.input("Bias") is not None:
+        y = y + ctx.input("Bias").reshape(bshape).astype(x.dtype)
+    nc = x.shape[0] * x.shape[1]
+    return {"Y": y, "SavedMean": mean.reshape(nc), "SavedVariance": inv_std.reshape(nc)}
