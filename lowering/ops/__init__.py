@@ -1,4 +1,4 @@
 """Op definitions, one module per family; importing this package registers them all."""
 
-from . import (activation, conv, logic, loss, manipulation, math, nn, norm, random,  # noqa: F401
-               reduce, tensor)
+from . import (activation, conv, logic, loss, manipulation, math, nn, norm,  # noqa: F401
+               optimizer, random, reduce, tensor)
