@@ -38,7 +38,22 @@ def _differentiable_inputs(op: Operator) -> list[tuple[str, int, str]]:
 
 def _has_grad_op(op: Operator) -> bool:
     opdef = registry.get(op.type)
-    return opdef.grad is not None and registry.has(op.type + "_grad")
+    return opdef.grad_maker is not None or (opdef.grad is not None and registry.has(op.type + "_grad"))
+
+
+def _grad_op_spec(op: Operator, out_grads, in_grads):
+    """``<type>_grad`` with its slots filled by the naming convention (see the module docstring)."""
+    gdef = registry.get(op.type + "_grad")
+    inputs: dict[str, list[str]] = {}
+    for slot in gdef.inputs:
+        if slot.name.endswith("@GRAD"):
+            if slot.name[:-5] in out_grads:
+                inputs[slot.name] = out_grads[slot.name[:-5]]
+        elif slot.name in op.inputs or slot.name in op.outputs:
+            inputs[slot.name] = list(op.inputs.get(slot.name, op.outputs.get(slot.name, [])))
+    outputs = {slot.name: in_grads[slot.name[:-5]] for slot in gdef.outputs if slot.name[:-5] in in_grads}
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_callstack", "op_role")}
+    return op.type + "_grad", inputs, outputs, attrs
 
 
 def append_backward(loss: Variable, parameter_list: Iterable | None = None,
@@ -118,19 +133,15 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
         for op in on_path:
             for name in op.output_arg_names:
                 flush(name)
-            gdef = registry.get(op.type + "_grad")
-            inputs: dict[str, list[str]] = {}
-            for slot in gdef.inputs:
-                if slot.name.endswith("@GRAD"):
-                    fwd_names = op.outputs.get(slot.name[:-5], [])
-                    if fwd_names:
-                        inputs[slot.name] = [grad_var_name(n) if n in has_grad else EMPTY_VAR_NAME
-                                             for n in fwd_names]
-                elif slot.name in op.inputs or slot.name in op.outputs:
-                    inputs[slot.name] = list(op.inputs.get(slot.name, op.outputs.get(slot.name, [])))
-            outputs: dict[str, list[str]] = {}
-            for slot in gdef.outputs:
-                fwd_names = op.inputs.get(slot.name[:-5], [])
+            opdef = registry.get(op.type)
+            out_grads = {slot: [grad_var_name(n) if n in has_grad else EMPTY_VAR_NAME for n in names]
+                         for slot, names in op.outputs.items()}
+            in_grads: dict[str, list[str]] = {}
+            allowed = None if opdef.grad_maker is not None else {
+                s.name[:-5] for s in registry.get(op.type + "_grad").outputs}
+            for slot, fwd_names in op.inputs.items():
+                if slot in opdef.no_grad_inputs or (allowed is not None and slot not in allowed):
+                    continue
                 out_names = []
                 for n in fwd_names:
                     if n == EMPTY_VAR_NAME or n not in reaches or n == loss.name:
@@ -145,12 +156,16 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
                     has_grad.add(n)
                     out_names.append(target)
                 if any(x != EMPTY_VAR_NAME for x in out_names):
-                    outputs[slot.name] = out_names
-            if not outputs:
+                    in_grads[slot] = out_names
+            if not in_grads:
                 continue
-            attrs = {k: v for k, v in op.attrs.items() if k not in ("op_callstack", "op_role")}
-            grad_op = block.append_op(op.type + "_grad", inputs, outputs, attrs)
-            grad_op.attrs["op_callstack"] = op.attrs.get("op_callstack", [])
+            if opdef.grad_maker is not None:
+                specs = opdef.grad_maker(op, out_grads, in_grads)
+            else:
+                specs = [_grad_op_spec(op, out_grads, in_grads)]
+            for type_, inputs, outputs, attrs in specs:
+                grad_op = block.append_op(type_, inputs, outputs, attrs)
+                grad_op.attrs["op_callstack"] = op.attrs.get("op_callstack", [])
         for name in list(pending):
             flush(name)
     finally:

@@ -125,8 +125,14 @@ class OpDef:
     # Output slots whose gradient is not an input of the grad op (e.g. Paddle's XShape, Mask).
     no_grad_outputs: frozenset[str] = frozenset()
     # "auto": `<type>_grad` is the vjp of `compute`, registered here; "custom": the op's module
-    # registers `<type>_grad` itself (slots named by the same convention); None: no gradient.
+    # registers `<type>_grad` itself (slots named by the same convention); "maker": the gradient
+    # is other forward ops, built by `grad_maker` (Paddle's way for scale, assign, cast, sum,
+    # split, ...: Paddle has no `scale_grad`); None: no gradient.
     grad: str | None = "auto"
+    # grad_maker(op, out_grads, in_grads) -> [(type, inputs, outputs, attrs)], where out_grads maps
+    # each forward output slot to its gradient names and in_grads each forward input slot to the
+    # names its gradients must be written to ("@EMPTY@" where none is wanted).
+    grad_maker: Callable | None = None
     # Runs on the host, outside jax.jit (e.g. filling a string variable).
     host: bool = False
     # Draws random numbers: ctx.rng() gives it a key.
@@ -174,6 +180,7 @@ def op(
     grad: str | None = "auto",
     host: bool = False,
     random: bool = False,
+    grad_maker: Callable | None = None,
 ) -> Callable[[Callable], Callable]:
     """Register the decorated JAX rule as op ``type`` (see the module docstring)."""
 
@@ -187,7 +194,8 @@ def op(
             infer_shape=infer_shape,
             no_grad_inputs=frozenset(no_grad_inputs),
             no_grad_outputs=frozenset(no_grad_outputs),
-            grad=None if host or (random and grad == "auto") else grad,
+            grad="maker" if grad_maker is not None else None if host or (random and grad == "auto") else grad,
+            grad_maker=grad_maker,
             host=host,
             random=random,
             doc=(compute.__doc__ or "").strip(),
