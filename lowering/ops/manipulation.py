@@ -51,6 +51,15 @@ def _declared_shape(ctx, slot: str = "Out") -> tuple[int, ...] | None:
     return tuple(var.shape) if var is not None else None
 
 
+def _runtime_fail(op_type: str):
+    """A ``fail(message)`` for JAX rules: raises :class:`OpRuntimeError` naming the op."""
+
+    def fail(message: str):
+        raise OpRuntimeError(f"op {op_type!r}: {message}")
+
+    return fail
+
+
 def _norm_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
@@ -128,9 +137,9 @@ def _reshape2_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     if ctx.input("Shape") is not None or ctx.inputs("ShapeTensor"):
         n = _tensor_dims(ctx, "Shape", "ShapeTensor")
-        declared = ctx.output("Out").shape
-        shape = declared if n is not None and len(declared) == n else (-1,) * (n or 0)
         ctx.check(n is not None, "the length of the Shape tensor must be known at build time")
+        declared = ctx.output("Out").shape
+        shape = declared if len(declared) == n else (-1,) * n
     else:
         shape = reshape_target(x.shape, ctx.attr("shape"), ctx.fail)
     lod = x.lod_level if shape and x.shape and shape[0] == x.shape[0] and shape[0] >= 0 else 0
@@ -149,9 +158,7 @@ def reshape2(ctx):
     """
     x = ctx.input("X")
 
-    def fail(msg):
-        raise OpRuntimeError(f"op 'reshape2': {msg}")
-
+    fail = _runtime_fail("reshape2")
     try:
         tensor_shape = static_ints(ctx, "Shape", "ShapeTensor", what="the target shape")
     except OpRuntimeError:
@@ -178,12 +185,12 @@ def _transpose2_shape(ctx: InferShapeContext) -> None:
     _set_xshape(ctx, x)
 
 
-@op("transpose2", inputs="X", outputs="Out XShape?", attrs={"axis": Attr("ints", [])},
+@op("transpose2", inputs="X", outputs="Out XShape", attrs={"axis": Attr("ints", [])},
     infer_shape=_transpose2_shape, no_grad_outputs=XSHAPE)
 def transpose2(ctx):
     """X with its dims permuted: ``Out.shape[i] = X.shape[axis[i]]``."""
     x = ctx.input("X")
-    perm = _perm(ctx, x.ndim, lambda m: (_ for _ in ()).throw(OpRuntimeError(m)))
+    perm = _perm(ctx, x.ndim, _runtime_fail("transpose2"))
     return {"Out": jnp.transpose(x, perm), "XShape": _xshape(x)}
 
 
@@ -207,13 +214,13 @@ def _flatten_shape(ctx: InferShapeContext) -> None:
     _set_xshape(ctx, x)
 
 
-@op("flatten_contiguous_range", inputs="X", outputs="Out XShape?",
+@op("flatten_contiguous_range", inputs="X", outputs="Out XShape",
     attrs={"start_axis": 1, "stop_axis": 1}, infer_shape=_flatten_shape, no_grad_outputs=XSHAPE)
 def flatten_contiguous_range(ctx):
     """X with dims ``start_axis`` … ``stop_axis`` (inclusive) merged into one (a 0-d X gives [1])."""
     x = ctx.input("X")
     out = _flatten_target(x.shape, ctx.attr("start_axis"), ctx.attr("stop_axis"),
-                          lambda m: (_ for _ in ()).throw(OpRuntimeError(m)))
+                          _runtime_fail("flatten_contiguous_range"))
     return {"Out": x.reshape(out), "XShape": _xshape(x)}
 
 
@@ -243,7 +250,7 @@ def _squeeze2_shape(ctx: InferShapeContext) -> None:
     _set_xshape(ctx, x)
 
 
-@op("squeeze2", inputs="X", outputs="Out XShape?", attrs={"axes": Attr("ints", [])},
+@op("squeeze2", inputs="X", outputs="Out XShape", attrs={"axes": Attr("ints", [])},
     infer_shape=_squeeze2_shape, no_grad_outputs=XSHAPE)
 def squeeze2(ctx):
     """X without size-1 dims: all of them when ``axes`` is empty, else those listed (a listed dim
@@ -286,7 +293,7 @@ def _unsqueeze2_shape(ctx: InferShapeContext) -> None:
     _set_xshape(ctx, x)
 
 
-@op("unsqueeze2", inputs="X AxesTensor? AxesTensorList*?", outputs="Out XShape?",
+@op("unsqueeze2", inputs="X AxesTensor? AxesTensorList*?", outputs="Out XShape",
     attrs={"axes": Attr("ints", [])}, infer_shape=_unsqueeze2_shape,
     no_grad_inputs=["AxesTensor", "AxesTensorList"], no_grad_outputs=XSHAPE)
 def unsqueeze2(ctx):
@@ -295,8 +302,7 @@ def unsqueeze2(ctx):
     axes = static_ints(ctx, "AxesTensor", "AxesTensorList", what="axes")
     axes = ctx.attr("axes") if axes is None else axes
 
-    def fail(m):
-        raise OpRuntimeError(f"op 'unsqueeze2': {m}")
+    fail = _runtime_fail("unsqueeze2")
 
     return {"Out": x.reshape(unsqueeze_target(x.shape, axes, fail)), "XShape": _xshape(x)}
 
@@ -392,8 +398,7 @@ def split(ctx):
     sections = static_ints(ctx, "SectionsTensorList", what="sections")
     sections = ctx.attr("sections") if sections is None else sections
 
-    def fail(m):
-        raise OpRuntimeError(f"op 'split': {m}")
+    fail = _runtime_fail("split")
 
     sizes = split_sizes(x.shape[axis], ctx.attr("num"), sections, 0, fail)
     cuts = np.cumsum(sizes)[:-1].tolist()
@@ -516,8 +521,7 @@ def slice_(ctx):
     starts = static_ints(ctx, "StartsTensor", "StartsTensorList", what="starts")
     ends = static_ints(ctx, "EndsTensor", "EndsTensorList", what="ends")
 
-    def fail(m):
-        raise OpRuntimeError(f"op 'slice': {m}")
+    fail = _runtime_fail("slice")
 
     shape, bounds = _slice_out(x.shape, ctx.attr("axes"), ctx.attr("starts") if starts is None else starts,
                                ctx.attr("ends") if ends is None else ends, ctx.attr("decrease_axis"), fail)
@@ -530,8 +534,8 @@ def slice_(ctx):
 def strided_bounds(dim: int, start: int, end: int, stride: int) -> tuple[int, int, int]:
     """Paddle's strided_slice on a dim of size ``dim``: returns (first index, count, stride).
 
-    Negative ``start``/``end`` count from the end; with a negative stride an ``end`` of -1 means
-    "through index 0". Bounds are clipped into the dim.
+    Negative ``start``/``end`` count from the end (clipped at 0); with a negative stride an
+    ``end`` of -1 means "through index 0" (Paddle's rule, unlike Python's).
     """
     if stride == 0:
         raise ValueError("strides must not be 0")
@@ -543,11 +547,9 @@ def strided_bounds(dim: int, start: int, end: int, stride: int) -> tuple[int, in
         start, end = min(max(start, 0), dim), min(max(end, 0), dim)
         count = max(0, -(-(end - start) // stride))
     else:
-        if end == -1:
-            end = -1  # through index 0
-        elif end < 0:
-            end = max(end + dim, -1)
-        start = min(max(start, -1), dim - 1)
+        if end < -1:  # -1 means "through index 0"; other negative ends count from the end
+            end = max(end + dim, 0)
+        start = min(max(start, 0), dim - 1)
         end = min(end, dim - 1)
         count = max(0, -(-(start - end) // -stride))
     return start, count, stride
@@ -610,16 +612,18 @@ def strided_slice(ctx):
         v = static_ints(ctx, a, b, what=name)
         vals[name] = ctx.attr(name) if v is None else v
 
-    def fail(m):
-        raise OpRuntimeError(f"op 'strided_slice': {m}")
+    fail = _runtime_fail("strided_slice")
 
     shape, plan = _strided_out(x.shape, ctx.attr("axes"), vals["starts"], vals["ends"], vals["strides"],
                                ctx.attr("decrease_axis"), fail)
     out = x
     for a, (first, count, stride) in plan:
-        idx = first + stride * np.arange(count)
-        out = jnp.take(out, jnp.asarray(idx, jnp.int32), axis=a) if count else \
-            jnp.zeros(out.shape[:a] + (0,) + out.shape[a + 1:], out.dtype)
+        if count == 0:
+            out = jax.lax.slice_in_dim(out, 0, 0, 1, a)
+            continue
+        if stride < 0:  # walk a flipped copy forwards
+            out, first, stride = jnp.flip(out, a), out.shape[a] - 1 - first, -stride
+        out = jax.lax.slice_in_dim(out, first, first + (count - 1) * stride + 1, stride, a)
     return {"Out": out.reshape(shape)}
 
 
@@ -666,8 +670,7 @@ def expand_v2(ctx):
     """X broadcast to ``shape`` (-1 keeps X's dim; new dims may be added in front)."""
     x = ctx.input("X")
 
-    def fail(m):
-        raise OpRuntimeError(f"op 'expand_v2': {m}")
+    fail = _runtime_fail("expand_v2")
 
     try:
         shape = static_ints(ctx, "Shape", "expand_shapes_tensor", what="the target shape")
@@ -712,8 +715,7 @@ def tile(ctx):
     reps = static_ints(ctx, "RepeatTimes", "repeat_times_tensor", what="repeat_times")
     reps = ctx.attr("repeat_times") if reps is None else reps
 
-    def fail(m):
-        raise OpRuntimeError(f"op 'tile': {m}")
+    fail = _runtime_fail("tile")
 
     _, reps = _tile_target(x.shape, reps, fail)
     return {"Out": jnp.tile(x, reps)}

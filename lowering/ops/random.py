@@ -51,3 +51,20 @@ def truncated_gaussian_random(ctx):
     """Normal numbers with ``mean`` and ``std``, redrawn outside two standard deviations."""
     z = jax.random.truncated_normal(ctx.rng(), -2.0, 2.0, tuple(ctx.attr("shape")), _dtype(ctx))
     return {"Out": z * ctx.attr("std") + ctx.attr("mean")}
+
+
+def _randint_shape(ctx: InferShapeContext) -> None:
+    low, high = ctx.attr("low"), ctx.attr("high")
+    ctx.check(low < high, f"randint needs low < high, got low={low}, high={high}")
+    dtype = dtypes.from_enum(ctx.attr("dtype"))
+    ctx.check(dtype in ("int32", "int64"), f"randint's dtype must be int32 or int64, got {dtype}")
+    ctx.set_output("Out", ctx.attr("shape"), dtype, 0)
+
+
+@op("randint", inputs="ShapeTensor? ShapeTensorList*?", outputs="Out",
+    attrs={"low": 0, "high": 0, "shape": Attr("longs", []), "dtype": 3, "seed": 0},
+    infer_shape=_randint_shape, random=True)
+def randint(ctx):
+    """Integers drawn uniformly from [low, high) (``dtype`` int32 or int64)."""
+    low, high = ctx.attr("low"), ctx.attr("high")
+    return {"Out": jax.random.randint(ctx.rng(), tuple(ctx.attr("shape")), low, high, _dtype(ctx))}

@@ -1,11 +1,13 @@
-"""Creating and reshaping tensors: constants, padding, string fills."""
+"""Creating and converting tensors: constants, fills, casts, shapes, ranges, one-hot, padding."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ...ir import dtypes
+from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
 
@@ -61,3 +63,176 @@ def fill_string(op, scope):
     for name in op.output("Out"):
         holder = scope.find_var(name) or scope.var(name)
         holder.set(str(op.attr("value")))
+
+
+# -- cast / assign / shape -------------------------------------------------------------------------
+def _cast_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", x.shape, dtypes.from_enum(ctx.attr("out_dtype")), x.lod_level)
+
+
+@op("cast", inputs="X", outputs="Out", attrs={"out_dtype": 5, "in_dtype": 5, "use_mkldnn": False},
+    infer_shape=_cast_shape)
+def cast(ctx):
+    """X converted to ``out_dtype`` (a Paddle type number): floats to ints truncate toward zero,
+    anything to bool tests for non-zero. Gradients flow only between float types."""
+    x = ctx.input("X")
+    return {"Out": x.astype(dtypes.to_numpy(dtypes.from_enum(ctx.attr("out_dtype"))))}
+
+
+def _assign_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    if x is not None:
+        ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("assign", inputs="X?", outputs="Out", infer_shape=_assign_shape)
+def assign(ctx):
+    """Out = X (a copy; with X absent the op does nothing)."""
+    x = ctx.input("X")
+    return {} if x is None else {"Out": x}
+
+
+def _shape_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("Input")
+    ctx.set_output("Out", (x.ndim,), "int32", 0)
+
+
+@op("shape", inputs="Input", outputs="Out", infer_shape=_shape_shape, grad=None)
+def shape(ctx):
+    """The shape of Input as a 1-d int32 tensor."""
+    return {"Out": jnp.asarray(ctx.input("Input").shape, jnp.int32)}
+
+
+# -- range -----------------------------------------------------------------------------------------
+def range_length(start, end, step) -> int:
+    """The number of values of ``range(start, end, step)``: ceil((end - start) / step)."""
+    if step == 0:
+        raise ValueError("range: step must not be 0")
+    if isinstance(start, (int, np.integer)) and isinstance(end, (int, np.integer)) \
+            and isinstance(step, (int, np.integer)):
+        n = -(-(abs(int(end) - int(start))) // abs(int(step)))
+        return n if (end - start) * step > 0 else 0
+    return max(0, int(np.ceil((float(end) - float(start)) / float(step))))
+
+
+def _range_shape(ctx: InferShapeContext) -> None:
+    start = ctx.input("Start")
+    for slot in ("Start", "End", "Step"):
+        v = ctx.input(slot)
+        ctx.check(v.ndim == 0 or (v.ndim == 1 and v.shape[0] in (1, -1)),
+                  f"{slot} must hold one value (shape [] or [1]), got {v.shape}")
+    declared = ctx.output("Out").shape
+    length = declared[0] if len(declared) == 1 else -1
+    ctx.set_output("Out", (length,), start.dtype, 0)
+
+
+@op("range", inputs="Start End Step", outputs="Out", infer_shape=_range_shape, grad=None)
+def range_(ctx):
+    """``start, start + step, ...`` below ``end`` (above it for a negative step), of Start's dtype.
+
+    The length depends on the values, but XLA needs it statically: inside ``jax.jit`` the
+    inputs are tracers, so the length comes from the program's declared Out shape (the
+    ``range``/``arange`` layer computes it when given Python numbers) or, outside ``jit``, from
+    concrete values. A range whose bounds are only known at run time raises a clear error.
+    """
+    start, end, step = (ctx.input(s) for s in ("Start", "End", "Step"))
+    dtype = start.dtype
+    start, step = start.reshape(()), step.reshape(())
+    if not any(isinstance(v, jax.core.Tracer) for v in (start, end, step)):
+        s, e, st = (np.asarray(v).reshape(()).item() for v in (start, end, step))
+        n = range_length(s, e, st)
+    else:
+        var = ctx.out_var("Out")
+        n = var.shape[0] if var is not None and len(var.shape) == 1 else -1
+        if n < 0:
+            raise OpRuntimeError(
+                "op 'range': the output length depends on Start/End/Step, which are only known at run "
+                "time inside jax.jit; build it with Python numbers (layer.range(0, 10, 2)) or declare "
+                "Out's length")
+    return {"Out": (start + step * jnp.arange(n, dtype=dtype)).astype(dtype)}
+
+
+# -- one_hot_v2 ------------------------------------------------------------------------------------
+def _one_hot_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.check(x.dtype in ("int32", "int64"), f"X must hold int32 or int64 class ids, got {x.dtype}")
+    depth = -1 if ctx.input("depth_tensor") is not None else ctx.attr("depth")
+    ctx.check(ctx.input("depth_tensor") is not None or depth > 0, f"depth must be positive, got {depth}")
+    ctx.set_output("Out", x.shape + (depth,), dtypes.from_enum(ctx.attr("dtype")), x.lod_level)
+
+
+@op("one_hot_v2", inputs="X depth_tensor?", outputs="Out",
+    attrs={"depth": -1, "dtype": 5, "allow_out_of_range": False},
+    infer_shape=_one_hot_shape, grad=None)
+def one_hot_v2(ctx):
+    """``Out[..., k] = (X[...] == k)`` for k < ``depth``: Out has X's shape plus [depth].
+
+    An id outside [0, depth) gives a row of zeros (Paddle raises unless
+    ``allow_out_of_range``; a check on values cannot run inside ``jax.jit``).
+    """
+    x = ctx.input("X")
+    depth = ctx.attr("depth")
+    if ctx.input("depth_tensor") is not None:
+        t = ctx.input("depth_tensor")
+        if isinstance(t, jax.core.Tracer):
+            raise OpRuntimeError("op 'one_hot_v2': depth_tensor is only known at run time inside jax.jit; "
+                                 "give depth as the attribute")
+        depth = int(np.asarray(t).reshape(-1)[0])
+    dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
+    return {"Out": (x[..., None] == jnp.arange(depth, dtype=x.dtype)).astype(dtype)}
+
+
+# -- fill_constant_batch_size_like / fill_any_like ----------------------------------------------------
+def _batch_like_target(ctx, in_shape) -> list[int]:
+    shape = list(ctx.attr("shape"))
+    i, o = ctx.attr("input_dim_idx"), ctx.attr("output_dim_idx")
+    shape[o] = in_shape[i]
+    return shape
+
+
+def _batch_like_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("Input")
+    shape = list(ctx.attr("shape"))
+    i, o = ctx.attr("input_dim_idx"), ctx.attr("output_dim_idx")
+    ctx.check(0 <= i < x.ndim, f"input_dim_idx={i} is out of range for Input of rank {x.ndim}")
+    ctx.check(0 <= o < len(shape), f"output_dim_idx={o} is out of range for shape {shape}")
+    ctx.set_output("Out", _batch_like_target(ctx, x.shape), dtypes.from_enum(ctx.attr("dtype")), 0)
+
+
+def _fill_value(ctx, dtype):
+    text = ctx.attr("str_value")
+    if text:
+        return int(text) if np.issubdtype(dtype, np.integer) else float(text)
+    return ctx.attr("value")
+
+
+@op("fill_constant_batch_size_like", inputs="Input", outputs="Out",
+    attrs={"shape": Attr("ints", []), "input_dim_idx": 0, "output_dim_idx": 0, "dtype": 5, "value": 0.0,
+           "str_value": "", "force_cpu": False},
+    infer_shape=_batch_like_shape, grad=None)
+def fill_constant_batch_size_like(ctx):
+    """A tensor of ``shape`` filled with ``value``, except that dim ``output_dim_idx`` takes
+    Input's dim ``input_dim_idx`` (the batch size)."""
+    dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
+    shape = _batch_like_target(ctx, ctx.input("Input").shape)
+    return {"Out": jnp.full(tuple(shape), _fill_value(ctx, dtype), dtype)}
+
+
+def _any_like_dtype(ctx, x_dtype):
+    d = ctx.attr("dtype")
+    return x_dtype if d is None or int(d) < 0 else dtypes.from_enum(d)
+
+
+def _fill_any_like_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", x.shape, _any_like_dtype(ctx, x.dtype), x.lod_level)
+
+
+@op("fill_any_like", inputs="X", outputs="Out", attrs={"value": 0.0, "dtype": -1},
+    infer_shape=_fill_any_like_shape, grad=None)
+def fill_any_like(ctx):
+    """A tensor of X's shape filled with ``value``; ``dtype`` -1 keeps X's dtype."""
+    x = ctx.input("X")
+    dtype = dtypes.to_numpy(_any_like_dtype(ctx, dtypes.normalize(x.dtype)))
+    return {"Out": jnp.full(x.shape, ctx.attr("value"), dtype)}
