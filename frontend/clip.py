@@ -1,0 +1,193 @@
+"""Gradient clipping, emitted as ops the way Paddle 2.6 static mode emits them.
+
+Give one to an optimizer as ``grad_clip=``; it runs on the ``(param, grad)`` pairs after the
+backward pass, before regularization and the update. Parameters created with
+``ParamAttr(need_clip=False)`` are left alone.
+
+- :class:`ClipGradByValue` — a ``clip`` op per gradient;
+- :class:`ClipGradByNorm` — a ``clip_by_norm`` op per gradient (each gradient's own L2 norm);
+- :class:`ClipGradByGlobalNorm` — ``squared_l2_norm`` per gradient, ``sum``, ``sqrt``,
+  ``fill_constant``, ``elementwise_max`` and ``elementwise_div`` for the common factor
+  ``clip_norm / max(clip_norm, global_norm)``, then ``elementwise_mul`` of each gradient in place.
+
+>>> # fj.optimizer.SGD(0.1, grad_clip=fj.clip.ClipGradByGlobalNorm(clip_norm=1.0))
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+from ..ir import dtypes, unique_name
+from ..ir.program import OP_ROLE_OPTIMIZE
+from ..ir.variable import Variable
+from .initializer import fill_constant_attrs
+
+__all__ = ["GradientClipBase", "ClipGradByValue", "ClipGradByNorm", "ClipGradByGlobalNorm"]
+
+ParamsGrads = Sequence[tuple[Variable, Variable | None]]
+
+
+@contextlib.contextmanager
+def optimize_guard(block, param: Variable | None = None, grad: Variable | None = None) -> Iterator[None]:
+    """Ops appended to ``block`` inside get ``op_role`` Optimize and, for a parameter, Paddle's
+    ``op_role_var = [param, grad]`` (which names the pair an op updates)."""
+    program = block.program
+    previous = program._op_role
+    program._op_role = OP_ROLE_OPTIMIZE
+    start = len(block.ops)
+    try:
+        yield
+    finally:
+        program._op_role = previous
+        if param is not None and grad is not None:
+            for op in block.ops[start:]:
+                if "op_role_var" not in op.attrs:
+                    op.set_attr("op_role_var", [param.name, grad.name], kind="strings")
+
+
+def _tmp(block, prefix: str, shape, dtype) -> Variable:
+    """A temporary named as Paddle's layer helpers name it (``clip_by_norm_0.tmp_0``)."""
+    name = unique_name.generate(unique_name.generate(prefix) + ".tmp")
+    return block.create_var(name, shape, dtype, stop_gradient=False)
+
+
+def _clippable(param: Variable, grad: Variable | None) -> bool:
+    return grad is not None and getattr(param, "need_clip", True)
+
+
+class GradientClipBase:
+    """Base class: ``clip(params_grads)`` appends ops and returns the new ``(param, grad)`` pairs."""
+
+    def __call__(self, params_grads: ParamsGrads) -> list[tuple[Variable, Variable]]:
+        return self._static_clip(list(params_grads))
+
+    def _static_clip(self, params_grads):
+        raise NotImplementedError
+
+
+class ClipGradByValue(GradientClipBase):
+    """Limit every gradient element to ``[min, max]`` (``min`` defaults to ``-max``)."""
+
+    def __init__(self, max: float, min: float | None = None) -> None:
+        if min is None:
+            if max <= 0.0:
+                raise ValueError(f"ClipGradByValue without min needs max > 0, got max={max}")
+            min = -max
+        self.max, self.min = float(max), float(min)
+
+    def _static_clip(self, params_grads):
+        out = []
+        for param, grad in params_grads:
+            if grad is None:
+                continue
+            if not _clippable(param, grad):
+                out.append((param, grad))
+                continue
+            block = grad.block
+            with optimize_guard(block, param, grad):
+                new = _tmp(block, "clip", grad.shape, grad.dtype)
+                block.append_op("clip", {"X": grad}, {"Out": new}, {"min": self.min, "max": self.max})
+            out.append((param, new))
+        return out
+
+    def __repr__(self) -> str:
+        return f"ClipGradByValue(min={self.min}, max={self.max})"
+
+
+class ClipGradByNorm(GradientClipBase):
+    """Rescale each gradient whose L2 norm exceeds ``clip_norm`` to norm ``clip_norm``."""
+
+    def __init__(self, clip_norm: float) -> None:
+        self.clip_norm = float(clip_norm)
+
+    def _static_clip(self, params_grads):
+        out = []
+        for param, grad in params_grads:
+            if grad is None:
+                continue
+            if not _clippable(param, grad):
+                out.append((param, grad))
+                continue
+            block = grad.block
+            with optimize_guard(block, param, grad):
+                new = _tmp(block, "clip_by_norm", grad.shape, grad.dtype)
+                block.append_op("clip_by_norm", {"X": grad}, {"Out": new}, {"max_norm": self.clip_norm})
+            out.append((param, new))
+        return out
+
+    def __repr__(self) -> str:
+        return f"ClipGradByNorm(clip_norm={self.clip_norm})"
+
+
+class ClipGradByGlobalNorm(GradientClipBase):
+    """Scale all gradients by ``clip_norm / max(clip_norm, global_norm)``, where ``global_norm``
+    is the L2 norm of all of them together. ``group_name`` and ``auto_skip_clip`` are accepted for
+    Paddle's API (they matter only for distributed training)."""
+
+    def __init__(self, clip_norm: float, group_name: str = "default_group", auto_skip_clip: bool = False) -> None:
+        self.clip_norm = float(clip_norm)
+        self.group_name = group_name
+        self.auto_skip_clip = auto_skip_clip
+
+    def _static_clip(self, params_grads):
+        squares = []
+        block = None
+        for param, grad in params_grads:
+            if not _clippable(param, grad):
+                continue
+            block = grad.block
+            with optimize_guard(block, param, grad):
+                sq = _tmp(block, "squared_l2_norm", (1,), grad.dtype)
+                block.append_op("squared_l2_norm", {"X": grad}, {"Out": sq})
+            squares.append(sq)
+        if not squares:
+            return [(p, g) for p, g in params_grads if g is not None]
+        with optimize_guard(block):
+            squares = self._common_dtype(block, squares)
+            dtype = squares[0].dtype
+            total = _tmp(block, "add_n", (1,), dtype)
+            block.append_op("sum", {"X": squares}, {"Out": total})
+            norm = _tmp(block, "sqrt", (1,), dtype)
+            block.append_op("sqrt", {"X": total}, {"Out": norm})
+            limit = _tmp(block, "fill_constant", (1,), dtype)
+            limit.stop_gradient = True
+            block.append_op("fill_constant", outputs={"Out": limit},
+                            attrs=fill_constant_attrs((1,), dtype, self.clip_norm))
+            larger = block.create_var(unique_name.generate("elementwise_max"), (1,), dtype)
+            block.append_op("elementwise_max", {"X": limit, "Y": norm}, {"Out": larger})
+            factor = block.create_var(unique_name.generate("elementwise_div"), (1,), dtype)
+            block.append_op("elementwise_div", {"X": limit, "Y": larger}, {"Out": factor})
+        out = []
+        for param, grad in params_grads:
+            if grad is None:
+                continue
+            if not _clippable(param, grad):
+                out.append((param, grad))
+                continue
+            with optimize_guard(grad.block, param, grad):
+                scale = factor
+                if grad.dtype != factor.dtype:
+                    scale = _cast(grad.block, factor, grad.dtype)
+                grad.block.append_op("elementwise_mul", {"X": grad, "Y": scale}, {"Out": grad})
+            out.append((param, grad))
+        return out
+
+    @staticmethod
+    def _common_dtype(block, squares: list[Variable]) -> list[Variable]:
+        """Gradients of several float dtypes: add their squared norms up in the widest one."""
+        kinds = {v.dtype for v in squares}
+        if len(kinds) == 1:
+            return squares
+        widest = "float64" if "float64" in kinds else "float32"
+        return [v if v.dtype == widest else _cast(block, v, widest) for v in squares]
+
+    def __repr__(self) -> str:
+        return f"ClipGradByGlobalNorm(clip_norm={self.clip_norm})"
+
+
+def _cast(block, var: Variable, dtype: str) -> Variable:
+    out = _tmp(block, "cast", var.shape, dtype)
+    block.append_op("cast", {"X": var}, {"Out": out},
+                    {"in_dtype": dtypes.to_enum(var.dtype), "out_dtype": dtypes.to_enum(dtype)})
+    return out
