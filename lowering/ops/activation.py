@@ -19,6 +19,7 @@ from jax import lax
 
 from ...ir.registry import Attr, op
 from ...ir.shape import same_as
+from .math import scale_grad_ops
 
 # Paddle's Python API fills clip's bounds with float32's range when one is not given.
 FLOAT32_MAX = 3.4028234663852886e38
@@ -29,7 +30,7 @@ def _clamp(x, low, high):
     return jnp.where(x < low, low, jnp.where(x > high, high, x))
 
 
-def _unary(name: str, fn, doc: str, attrs: dict | None = None, grad: str | None = "auto"):
+def _unary(name: str, fn, doc: str, attrs: dict | None = None, grad_maker=None):
     """Register op ``name``: Out = fn(X, attrs) with X's shape and dtype."""
 
     def rule(ctx):
@@ -37,7 +38,12 @@ def _unary(name: str, fn, doc: str, attrs: dict | None = None, grad: str | None 
 
     rule.__doc__ = doc
     rule.__name__ = name
-    op(name, inputs="X", outputs="Out", attrs=attrs or {}, infer_shape=same_as("X"), grad=grad)(rule)
+    op(name, inputs="X", outputs="Out", attrs=attrs or {}, infer_shape=same_as("X"), grad_maker=grad_maker)(rule)
+
+
+def _zero_grad_maker(op, out_grads, in_grads):
+    # Paddle has no sign_grad: the (zero) gradient is a `scale` by 0 of Out@GRAD.
+    return scale_grad_ops(out_grads["Out"], in_grads["X"], 0.0)
 
 
 def _const(ctx, name, x, default=None):
@@ -113,7 +119,8 @@ _unary("sqrt", lambda x, ctx: jnp.sqrt(x), "Square root of X.")
 _unary("rsqrt", lambda x, ctx: lax.rsqrt(x), "1 / sqrt(X).")
 _unary("abs", lambda x, ctx: jnp.abs(x), "|X|.")
 _unary("square", lambda x, ctx: jnp.square(x), "X * X.")
-_unary("sign", lambda x, ctx: jnp.sign(x), "-1, 0 or 1 by the sign of X (gradient 0).")
+_unary("sign", lambda x, ctx: jnp.sign(x), "-1, 0 or 1 by the sign of X (gradient 0).",
+       grad_maker=_zero_grad_maker)
 _unary("floor", lambda x, ctx: jnp.floor(x), "Largest integer <= X (gradient 0).")
 _unary("ceil", lambda x, ctx: jnp.ceil(x), "Smallest integer >= X (gradient 0).")
 _unary("round", lambda x, ctx: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext, same_as
 from ._shapes import dims_equal, paddle_broadcast
@@ -95,9 +96,23 @@ _elementwise("elementwise_mod", jnp.mod,
 _elementwise("elementwise_floordiv", _floordiv, "Out = floor(X / Y) (Python's //). No gradient.", grad=None)
 
 
+def scale_grad_ops(out_grad: list[str], x_grad: list[str], factor: float, scale_tensor=None) -> list[tuple]:
+    """``scale`` ops writing ``factor * out_grad`` into ``x_grad`` (Paddle builds these gradients
+    from forward ops: it has no ``scale_grad``, ``sum_grad`` or ``sign_grad``)."""
+    inputs = {"X": out_grad}
+    if scale_tensor:
+        inputs["ScaleTensor"] = scale_tensor
+    return [("scale", inputs, {"Out": x_grad}, {"scale": float(factor), "bias": 0.0, "bias_after_scale": True})]
+
+
+def _scale_grad_maker(op, out_grads, in_grads):
+    # d(s * x + b)/dx = d((x + b) * s)/dx = s.
+    return scale_grad_ops(out_grads["Out"], in_grads["X"], op.attrs.get("scale", 1.0), op.inputs.get("ScaleTensor"))
+
+
 @op("scale", inputs="X ScaleTensor?", outputs="Out",
     attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True}, infer_shape=same_as("X"),
-    no_grad_inputs=["ScaleTensor"])
+    no_grad_inputs=["ScaleTensor"], grad_maker=_scale_grad_maker)
 def scale(ctx):
     """Out = scale * X + bias (or scale * (X + bias) when ``bias_after_scale`` is False)."""
     x = ctx.input("X")
@@ -121,8 +136,14 @@ def _sum_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Out", shape, first.dtype, first.lod_level)
 
 
+def _sum_grad_maker(op, out_grads, in_grads):
+    # Each input's gradient is Out@GRAD itself: one `scale` by 1 per input, as Paddle does.
+    return [spec for name in in_grads["X"] if name != EMPTY_VAR_NAME
+            for spec in scale_grad_ops(out_grads["Out"], [name], 1.0)]
+
+
 @op("sum", inputs="X*", outputs="Out", attrs={"use_mkldnn": False, "mkldnn_data_type": "float32"},
-    infer_shape=_sum_shape)
+    infer_shape=_sum_shape, grad_maker=_sum_grad_maker)
 def sum_(ctx):
     """Out = X[0] + X[1] + … (Paddle's ``sum``/``add_n``; also adds up gradient contributions)."""
     xs = ctx.inputs("X")
