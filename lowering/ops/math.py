@@ -32,8 +32,6 @@ def align_y(x, y, axis: int):
     return y.reshape((1,) * axis + shape + (1,) * (x.ndim - axis - len(shape)))
 
 
-_align_y = align_y  # the name other modules imported first
-
 
 def broadcast_shape(ctx: InferShapeContext) -> tuple[int, ...]:
     """Check X and Y of a binary op (shapes broadcast with ``axis``, same dtype); their result shape."""
@@ -51,8 +49,6 @@ def elementwise_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     ctx.set_output("Out", broadcast_shape(ctx), x.dtype, x.lod_level)
 
-
-_elementwise_shape = elementwise_shape
 
 
 def _elementwise(name: str, fn, doc: str, grad: str | None = "auto"):
