@@ -175,8 +175,9 @@ def _dropout_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Mask", x.shape, "uint8", x.lod_level)
 
 
-_DROPOUT_ATTRS = {"dropout_prob": 0.5, "is_test": False, "dropout_implementation": "downgrade_in_infer",
-                  "fix_seed": False, "seed": 0}
+# Paddle 2.6 keeps `fix_seed` and `seed` out of dropout's OpProto (they are "extra" attributes);
+# programs still carry them when a seed is given, and the rule reads them from there.
+_DROPOUT_ATTRS = {"dropout_prob": 0.5, "is_test": False, "dropout_implementation": "downgrade_in_infer"}
 
 
 @op("dropout", inputs="X Seed?", outputs="Out Mask", attrs=_DROPOUT_ATTRS, infer_shape=_dropout_shape,
@@ -186,7 +187,8 @@ def dropout(ctx):
 
     ``downgrade_in_infer``: training keeps X·mask, inference scales by (1 - p).
     ``upscale_in_train``: training keeps X·mask / (1 - p), inference passes X through.
-    A ``Seed`` input or ``fix_seed`` with a non-zero ``seed`` makes the mask reproducible.
+    A ``Seed`` input, or the (extra) attributes ``fix_seed`` with a non-zero ``seed``, make the mask
+    reproducible; otherwise it comes from the Executor's key (the program's ``random_seed``).
     """
     x = ctx.input("X")
     p = float(ctx.attr("dropout_prob"))
@@ -197,8 +199,8 @@ def dropout(ctx):
     seed_tensor = ctx.input("Seed")
     if seed_tensor is not None:
         key = jax.random.PRNGKey(seed_tensor.reshape(-1)[0])
-    elif ctx.attr("fix_seed") and ctx.attr("seed"):
-        key = jax.random.PRNGKey(int(ctx.attr("seed")))
+    elif ctx.attr("fix_seed", False) and ctx.attr("seed", 0):
+        key = jax.random.PRNGKey(int(ctx.attr("seed", 0)))
     else:
         key = ctx.rng()
     keep = jax.random.uniform(key, x.shape) >= p
