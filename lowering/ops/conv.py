@@ -287,6 +287,17 @@ def _adaptive_pool(x, axes, out_sizes, kind: str):
     return x
 
 
+def _window_counts(size: int, k: int, s: int, pad, out: int, exclusive: bool) -> np.ndarray:
+    """Divisors of average pooling along one axis: the window's real elements (``exclusive``), or
+    its part inside [-pad_before, size + pad_before): Paddle counts padding but not a ceil_mode
+    overhang, and clips the end with the *leading* pad even when the paddings are asymmetric."""
+    start = np.arange(out) * s - pad[0]
+    end = np.minimum(start + k, size + pad[0])
+    if exclusive:
+        return np.maximum(np.minimum(end, size) - np.maximum(start, 0), 1)
+    return end - start
+
+
 @op("pool2d", inputs="X", outputs="Out",
     attrs={"ksize": Attr("ints", [1, 1]), "strides": Attr("ints", [1, 1]), "paddings": Attr("ints", [0, 0]),
            "ceil_mode": False, "exclusive": True, "data_format": "NCHW", "pooling_type": "max",
@@ -324,9 +335,10 @@ def pool2d(ctx):
         # NumPy scalars as init values let JAX pick its differentiable max/sum window reductions.
         return {"Out": lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, stride, padding)}
     total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, stride, padding)
-    if ctx.attr("exclusive"):
-        ones = jnp.ones(tuple(x.shape[a] if a in axes else 1 for a in range(4)), x.dtype)
-        count = lax.reduce_window(ones, np.array(0, x.dtype), lax.add, window, stride, padding)
-    else:
-        count = jnp.asarray(ksize[0] * ksize[1], x.dtype)
+    count = np.ones((), np.float64)
+    for axis, size, k, s, p, o in zip(axes, in_hw, ksize, strides, pads, out):
+        shape = [1] * 4
+        shape[axis] = o
+        count = count * _window_counts(size, k, s, p, o, ctx.attr("exclusive")).reshape(shape)
+    count = jnp.asarray(count, x.dtype)
     return {"Out": total / count}
