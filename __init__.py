@@ -8,7 +8,7 @@ Paddle's wire format — lowered to ``jax.jit`` functions that run on CPU, GPU o
 """
 
 from . import ir, lowering  # noqa: F401  (lowering registers the ops)
-from .frontend import ParamAttr, Variable, initializer, program_guard
+from .frontend import ParamAttr, Variable, clip, initializer, optimizer, program_guard, regularizer
 from .frontend import layers as layer
 from .ir import (FeedError, append_backward, OpRuntimeError, Parameter, Program, ShapeError, SymbolicValueError,
                  UninitializedVariableError, default_main_program, default_startup_program, infer_shapes,
@@ -21,5 +21,5 @@ __all__ = [
     "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",
-    "program_guard", "unique_name",
+    "program_guard", "unique_name", "optimizer", "regularizer", "clip",
 ]
