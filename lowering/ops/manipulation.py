@@ -121,15 +121,12 @@ def reshape_target(in_shape, shape, fail) -> tuple[int, ...]:
         else:
             out[k] = -1
     else:
-        total_in = prod(in_shape)
-        total_out = prod(out)
-        if total_in >= 0 and total_out >= 0 and total_in != total_out:
-            fail(f"cannot reshape X {tuple(in_shape)} ({total_in} elements) to {shape} ({total_out} elements)")
-        if total_in < 0 and in_known is False:
-            # Only copied dims are unknown on both sides: compare the rest.
-            rest_out = [d for i, d in enumerate(out) if i not in copied]
-            if all(d >= 0 for d in rest_in) and prod(rest_in) != prod(rest_out):
-                fail(f"cannot reshape X {tuple(in_shape)} to {shape}")
+        # Dims copied by 0 are on both sides: compare the rest.
+        rest_out = [d for i, d in enumerate(out) if i not in copied]
+        size_in, size_out = prod(rest_in), prod(rest_out)
+        if size_in >= 0 and size_out >= 0 and size_in != size_out:
+            fail(f"cannot reshape X {tuple(in_shape)} ({prod(in_shape) if prod(in_shape) >= 0 else '?'} "
+                 f"elements) to {shape}: the sizes differ")
     return tuple(out)
 
 
