@@ -311,3 +311,47 @@ def test_bad_nn_inputs_are_clear_errors_at_build_time():
         layer.matmul(m, m)
     with pytest.raises(ValueError, match="dropout_prob"):
         layer.dropout(img, dropout_prob=1.5)
+
+
+def test_paddle_built_cnn_trains_in_fluidjax():
+    """A model built with Paddle's own API (its op slots and attributes) runs in fluidjax: a
+    training step gives Paddle's outputs and moves the batch-norm statistics as Paddle does."""
+    import paddle
+    import paddle.nn.functional as F
+    from fluidjax.lowering.lod_tensor import LoDTensor
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        img = paddle.static.data("img", [-1, 3, 8, 8])
+        ids = paddle.static.data("ids", [-1, 5], "int64")
+        label = paddle.static.data("label", [-1, 1], "int64")
+        h = paddle.static.nn.batch_norm(paddle.static.nn.conv2d(img, 4, 3, padding=1), act="relu")
+        up = paddle.static.nn.conv2d_transpose(h, 2, filter_size=2, stride=2)
+        h = F.max_pool2d(h, 2, 2)
+        outs = [up, F.avg_pool2d(h, 2, 2, ceil_mode=True, exclusive=False), F.adaptive_avg_pool2d(h, 3),
+                F.interpolate(h, scale_factor=2, mode="bilinear"), F.interpolate(h, size=[5, 7], mode="nearest"),
+                paddle.static.nn.group_norm(h, 2), paddle.static.nn.instance_norm(h),
+                paddle.static.nn.prelu(h, mode="channel")]
+        e = paddle.static.nn.layer_norm(paddle.static.nn.embedding(ids, [20, 6]), begin_norm_axis=2)
+        logits = paddle.static.nn.fc(paddle.reshape(h, [-1, 64]), 5)
+        outs += [e, paddle.matmul(e, e, transpose_y=True), logits, F.cross_entropy(logits, label, reduction="none"),
+                 F.log_softmax(logits), paddle.static.accuracy(F.softmax(logits), label, k=2)]
+    feed = {"img": _rand(2, 3, 8, 8), "ids": RNG.integers(0, 20, (2, 5)), "label": np.array([[1], [3]])}
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        names = [v.name for v in main.list_vars() if v.persistable and scope.find_var(v.name) is not None]
+        params = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+        theirs = exe.run(main, feed=feed, fetch_list=outs)
+    stats_names = [n for n in names if n.startswith("batch_norm") and n.endswith(("w_1", "w_2"))]
+    ours_scope = fj.Scope()
+    for name, value in params.items():
+        ours_scope.var(name).get_mutable(LoDTensor).set(value)
+    program = fj.Program.parse(main.desc.serialize_to_string())
+    ours = fj.Executor().run(program, feed=feed, fetch_list=[v.name for v in outs], scope=ours_scope)
+    _assert_same(ours, [np.asarray(t) for t in theirs], rtol=1e-4, atol=1e-5)
+    assert len(stats_names) == 2
+    for name in stats_names:
+        np.testing.assert_allclose(np.asarray(ours_scope.find_var(name).get_tensor()),
+                                   np.array(scope.find_var(name).get_tensor()), rtol=1e-5, atol=1e-6)
