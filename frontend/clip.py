@@ -19,7 +19,7 @@ import contextlib
 from typing import Iterator, Sequence
 
 from ..ir import dtypes, unique_name
-from ..ir.program import OP_ROLE_OPTIMIZE
+from ..ir.program import OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE
 from ..ir.variable import Variable
 from .initializer import fill_constant_attrs
 
@@ -42,7 +42,8 @@ def optimize_guard(block, param: Variable | None = None, grad: Variable | None =
         program._op_role = previous
         if param is not None and grad is not None:
             for op in block.ops[start:]:
-                if "op_role_var" not in op.attrs:
+                # Learning-rate ops (Optimize|LRSched) keep an empty op_role_var, as in Paddle.
+                if not op.attrs.get("op_role_var") and not int(op.attrs.get("op_role", 0)) & OP_ROLE_LRSCHED:
                     op.set_attr("op_role_var", [param.name, grad.name], kind="strings")
 
 

@@ -187,7 +187,7 @@ class ReduceOnPlateau(LRScheduler):
 
     Call ``step(metrics)`` with the monitored value (a number or a one-element array/tensor).
     ``mode`` 'min' means lower is better; ``threshold`` / ``threshold_mode`` ('rel' or 'abs')
-    define a significant improvement; ``cooldown`` steps are skipped after a reduction; the rate
+    define a significant improvement; ``cooldown`` steps after a reduction ignore the metric; the rate
     never goes below ``min_lr``, and changes smaller than ``epsilon`` are ignored.
     """
 
@@ -229,14 +229,15 @@ class ReduceOnPlateau(LRScheduler):
         if value.size != 1:
             raise ValueError(f"metrics must hold one number, got shape {value.shape}")
         current = float(value.reshape(()))
+        if self.cooldown_counter > 0:
+            # Paddle ignores the metric during cooldown (it is not compared with the best either).
+            self.cooldown_counter -= 1
+            return
         if self.best is None or self._is_better(current, self.best):
             self.best = current
             self.num_bad_epochs = 0
         else:
             self.num_bad_epochs += 1
-        if self.cooldown_counter > 0:
-            self.cooldown_counter -= 1
-            self.num_bad_epochs = 0
         if self.num_bad_epochs > self.patience:
             self.cooldown_counter = self.cooldown
             self.num_bad_epochs = 0
