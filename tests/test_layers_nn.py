@@ -267,7 +267,8 @@ def test_dropout_layer_masks_and_gradient():
     fixed = layer.dropout(x, dropout_prob=0.25, seed=3)
     loss = layer.mean(h)
     fj.append_backward(loss)
-    mask_name = next(op for op in fj.default_main_program().global_block().ops if op.type == "dropout").output("Mask")[0]
+    ops = fj.default_main_program().global_block().ops
+    mask_name = next(op for op in ops if op.type == "dropout").output("Mask")[0]
     exe = fj.Executor()
     xs = _rand(2, 50, 40, low=0.5, high=1.5)
     out1, mask1, grad1, f1 = exe.run(feed={"x": xs}, fetch_list=[h, mask_name, "x@GRAD", fixed])

@@ -9,7 +9,6 @@ uses ``paddings``.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax

@@ -33,7 +33,8 @@ def _swce_shape(ctx: InferShapeContext) -> None:
     if ctx.attr("soft_label"):
         ctx.check(dims_equal(label.shape[axis], logits.shape[axis]),
                   f"soft_label=True needs Label {label.shape} shaped like Logits {logits.shape}")
-        ctx.check(label.dtype == logits.dtype, f"a soft Label must have Logits' dtype {logits.dtype}, got {label.dtype}")
+        ctx.check(label.dtype == logits.dtype,
+                  f"a soft Label must have Logits' dtype {logits.dtype}, got {label.dtype}")
     else:
         ctx.check(dims_equal(label.shape[axis], 1),
                   f"hard labels need size 1 on axis {axis}, got Label {label.shape}")
