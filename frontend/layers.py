@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..ir import dtypes
+from ..ir import dtypes, registry
 from ..ir.errors import ShapeError
 from ..ir.program import default_main_program
 from ..ir.variable import Variable
@@ -53,16 +53,24 @@ def data(name: str, input_size=None, dims=None, *, shape: Sequence[int] | None =
                             need_check_feed=True, is_data=True)
 
 
-_ACTIVATIONS = {"softmax", "relu", "sigmoid", "tanh"}
+def _is_activation(op_type: str) -> bool:
+    """An op usable as ``activation=``: registered, one input X, one output Out, no required attrs."""
+    if not registry.has(op_type):
+        return False
+    opdef = registry.get(op_type)
+    return ([s.name for s in opdef.inputs] == ["X"] and [s.name for s in opdef.outputs] == ["Out"]
+            and opdef.forward_type is None and opdef.grad is not None)
 
 
 def _activate(x: Variable, activation, helper: LayerHelper) -> Variable:
+    """Apply ``activation``: a layer function, or the name of an elementwise op (``"relu"``)."""
     if activation is None:
         return x
     if callable(activation):
         return activation(x)
-    if not isinstance(activation, str) or activation not in _ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; use one of {sorted(_ACTIVATIONS)} or a layer function")
+    if not isinstance(activation, str) or not _is_activation(activation):
+        known = sorted(t for t in registry.registered_types() if _is_activation(t))
+        raise ValueError(f"unknown activation {activation!r}; use a layer function or one of {known}")
     return helper.simple_op(activation, {"X": x})
 
 
