@@ -230,6 +230,32 @@ def test_paddle_runs_our_training_program(name, regularized):
     assert any(not np.array_equal(ours[n], state[n]) for n in PARAMS)
 
 
+def test_issue_example_with_default_programs():
+    """The issue's code, verbatim apart from the module path, on the default programs and scope."""
+    x = layer.data("x", input_size=SIZES[0])
+    y = layer.data("y", dims=1, dtype="int64")
+    h = layer.fc(x, SIZES[1], activation="relu")
+    cost = layer.mean(layer.cross_entropy(layer.fc(h, SIZES[2], activation="softmax"), y))
+    opt = fj_optimizer.Adam(learning_rate=1e-3)
+    opt_ops, params_grads = opt.minimize(cost)
+    assert [op.type for op in opt_ops] == ["adam"] * 4 and len(params_grads) == 4
+    exe = fj.Executor()
+    exe.run(fj.default_startup_program())
+    scope = fj.global_scope()
+    for name in ("learning_rate_0", "fc_0.w_0_moment1_0", "fc_0.w_0_moment2_0", "fc_0.w_0_beta1_pow_acc_0",
+                 "fc_0.w_0_beta2_pow_acc_0"):
+        assert scope.find_var(name) is not None, name
+    assert float(np.asarray(scope.find_var("fc_0.w_0_beta1_pow_acc_0").get_tensor())[0]) == np.float32(0.9)
+    xs, ys = _data(steps=3)
+    losses = []
+    for bx, by in zip(xs, ys):
+        loss, gw = exe.run(feed={"x": bx, "y": by}, fetch_list=[cost, "fc_0.w_0@GRAD"])
+        assert gw.shape == (SIZES[0], SIZES[1]) and np.abs(gw).sum() > 0
+        losses.append(float(loss))
+    beta1_pow = np.asarray(scope.find_var("fc_0.w_0_beta1_pow_acc_0").get_tensor())
+    np.testing.assert_allclose(beta1_pow, [np.float32(0.9) ** 4], rtol=1e-6)
+
+
 def test_issue_example_fetches_gradients_like_paddle():
     """The issue's flow: minimize, run the startup program, fetch the loss and fc_0.w_0@GRAD."""
     xs, ys = _data(steps=2)
