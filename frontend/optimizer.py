@@ -26,7 +26,7 @@ learning-rate variable before every run (a run hook), so ``scheduler.step()`` ne
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -74,7 +74,8 @@ class Optimizer:
         if isinstance(decay, (int, float)) and not isinstance(decay, bool):
             decay = L2Decay(float(decay))
         if decay is not None and not isinstance(decay, WeightDecayRegularizer):
-            raise TypeError(f"weight_decay must be a float or a regularizer (fj.regularizer.L2Decay, ...), got {decay!r}")
+            raise TypeError("weight_decay must be a float or a regularizer (fj.regularizer.L2Decay, ...), "
+                            f"got {decay!r}")
         if grad_clip is not None and not isinstance(grad_clip, _clip.GradientClipBase):
             raise TypeError(f"grad_clip must be a fj.clip.ClipGradBy* object, got {grad_clip!r}")
         self._learning_rate = learning_rate if isinstance(learning_rate, LRScheduler) else float(learning_rate)
@@ -191,7 +192,8 @@ class Optimizer:
         optimizer ops (the per-parameter learning-rate ``scale`` ops included)."""
         params_grads = [(p, g) for p, g in params_grads if g is not None]
         if not params_grads:
-            raise ValueError("no (parameter, gradient) pairs to optimize: does the loss depend on a trainable parameter?")
+            raise ValueError("no (parameter, gradient) pairs to optimize: "
+                             "does the loss depend on a trainable parameter?")
         params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
         main = params_grads[0][0].block.program
         startup = startup_program or default_startup_program()

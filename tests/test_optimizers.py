@@ -229,7 +229,8 @@ def _linear_model(opt):
 
 def test_scheduler_changes_the_rate_without_recompiling():
     sched = fj_lr.PiecewiseDecay(boundaries=[2, 4], values=[0.1, 0.01, 0.001])
-    assert fj_optimizer.lr is fj_lr and fj_optimizer.lr.PiecewiseDecay is fj_lr.PiecewiseDecay
+    assert fj.optimizer.lr.PiecewiseDecay is fj_lr.PiecewiseDecay and fj.optimizer is fj_optimizer
+    assert fj.regularizer is fj_regularizer and fj.clip is fj_clip
     main, startup, cost = _linear_model(fj_optimizer.SGD(learning_rate=sched))
     assert main.lr_scheduler is sched
     exe, scope = fj.Executor(), fj.Scope()

@@ -231,12 +231,12 @@ def test_paddle_runs_our_training_program(name, regularized):
 
 
 def test_issue_example_with_default_programs():
-    """The issue's code, verbatim apart from the module path, on the default programs and scope."""
+    """The issue's code on the default programs and the global scope."""
     x = layer.data("x", input_size=SIZES[0])
     y = layer.data("y", dims=1, dtype="int64")
     h = layer.fc(x, SIZES[1], activation="relu")
     cost = layer.mean(layer.cross_entropy(layer.fc(h, SIZES[2], activation="softmax"), y))
-    opt = fj_optimizer.Adam(learning_rate=1e-3)
+    opt = fj.optimizer.Adam(learning_rate=1e-3)
     opt_ops, params_grads = opt.minimize(cost)
     assert [op.type for op in opt_ops] == ["adam"] * 4 and len(params_grads) == 4
     exe = fj.Executor()
