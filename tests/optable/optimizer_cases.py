@@ -55,6 +55,18 @@ def _adamw_reference(inputs, attrs):
             "Beta2PowOut": np.array([b2p * b2])}
 
 
+def _adam_master_reference(inputs, attrs):
+    """Adam on the float32 master copy; the float16 parameter is its cast."""
+    p, g = inputs["MasterParam"].astype("float64"), inputs["Grad"].astype("float64")
+    m1, m2 = inputs["Moment1"].astype("float64"), inputs["Moment2"].astype("float64")
+    lr, b1p, b2p = (float(inputs[k][0]) for k in ("LearningRate", "Beta1Pow", "Beta2Pow"))
+    b1, b2, eps = _f32(0.9), _f32(0.999), _f32(1e-8)
+    m1 = b1 * m1 + (1 - b1) * g
+    m2 = b2 * m2 + (1 - b2) * g * g
+    p = p - lr * np.sqrt(1 - b2p) / (1 - b1p) * (m1 / (np.sqrt(m2) + eps * np.sqrt(1 - b2p)))
+    return {"ParamOut": p.astype("float16"), "MasterParamOut": p, "Moment1Out": m1, "Moment2Out": m2}
+
+
 def _rmsprop_reference(inputs, attrs):
     p, ms, g, mom = (inputs[k].astype("float64") for k in ("Param", "MeanSquare", "Grad", "Moment"))
     lr = float(inputs["LearningRate"][0])
@@ -70,6 +82,7 @@ def _rmsprop_reference(inputs, attrs):
     return {**out, "MomentOut": mom, "ParamOut": p - mom}
 
 
+_MASTER = rand(*SHAPE)
 ADAM_OUTS = ("ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut")
 # Paddle's rmsprop kernel insists that ParamOut is Param (in place), which a one-op table program with
 # fresh outputs cannot be: NumPy is the reference here; tests/test_optimizers.py runs it in place
@@ -111,6 +124,13 @@ CASES = [
          batch_dims=ADAM_TENSORS, name="skip_update"),
     Case("adam", _adam_inputs("float64"), outputs=ADAM_OUTS, grad=NO_GRAD, batch_dims=(), rtol=1e-10, atol=1e-12,
          name="f64"),
+    # multi_precision: a float16 parameter updated through its float32 master copy (Paddle has no
+    # float16 CPU kernel to compare with).
+    Case("adam", {**_adam_inputs(), "Param": _MASTER.astype("float16"), "Grad": rand(*SHAPE).astype("float16"),
+                  "MasterParam": _MASTER},
+         {"multi_precision": True}, outputs=("ParamOut", "MasterParamOut", "Moment1Out", "Moment2Out"),
+         grad=NO_GRAD, batch_dims=ADAM_TENSORS + ("MasterParam",), rtol=1e-3, atol=1e-3, paddle=False,
+         oracle=_adam_master_reference, name="multi_precision"),
     Case("adamw", _adam_inputs(), {"coeff": 0.05, "with_decay": True}, outputs=ADAM_OUTS, grad=NO_GRAD,
          batch_dims=ADAM_TENSORS),
     # lr_ratio: Paddle's CPU kernel applies it to the decay only (its GPU kernel and docs to the whole
