@@ -3,7 +3,8 @@
 Random numbers cannot be compared with Paddle's, so every row gives a ``check``. Convention:
 the harness calls ``case.check(case)``; each check is self-contained — it builds the one-op
 program from ``case.op`` and ``case.attrs`` itself, runs it with fresh ``fj.Executor`` s and
-asserts:
+asserts (the seeding checks only on each op's first row, ``seeds=False`` on the others, to keep
+compilations few):
 
 - statistics of ~100k samples (mean, standard deviation, range) within tolerances, in fluidjax
   and in Paddle running the same serialized program;
@@ -15,6 +16,7 @@ asserts:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -45,7 +47,7 @@ def _run(main, outs, exe=None):
 
 
 def _check_reproducibility(case: Case) -> None:
-    """Seeds: attribute, program.random_seed, none (five compiled runs in all)."""
+    """Seeds: attribute, program.random_seed, none (four compiled runs in all)."""
     case = dataclasses.replace(case, attrs={**case.attrs, "shape": [64]})
     main, outs = _program(case, seeds=(1234, 4321, 0))
     exe = fj.Executor()
@@ -56,9 +58,10 @@ def _check_reproducibility(case: Case) -> None:
     assert not np.array_equal(first[2], fresh[2]), f"{case.op}: two Executors without a seed drew the same numbers"
     assert not np.array_equal(first[2], second[2]), f"{case.op}: two runs without a seed drew the same numbers"
 
-    main, outs = _program(case, random_seed=90)
+    main.random_seed = 90
     a, b = _run(main, outs), _run(main, outs)
-    np.testing.assert_array_equal(a[0], b[0], err_msg=f"{case.op}: a fixed program.random_seed must repeat")
+    np.testing.assert_array_equal(a[2], b[2], err_msg=f"{case.op}: a fixed program.random_seed must repeat")
+    assert not np.array_equal(a[2], first[2]), f"{case.op}: program.random_seed had no effect"
 
 
 def _samples(case: Case) -> list[np.ndarray]:
@@ -84,23 +87,25 @@ def _check_moments(values, mean, std, low, high, who, *, tol=0.02, closed_high=F
     assert abs(values.std() - std) < tol * scale * 2, f"{who}: std {values.std()} vs {std}"
 
 
-def _check_uniform(case: Case) -> None:
+def _check_uniform(case: Case, seeds: bool = True) -> None:
     lo, hi = case.attrs["min"], case.attrs["max"]
     for who, v in zip(("fluidjax", "paddle"), _samples(case)):
         _check_moments(v, (lo + hi) / 2, (hi - lo) / math.sqrt(12), lo, hi, who)
-    _check_reproducibility(case)
+    if seeds:
+        _check_reproducibility(case)
 
 
-def _check_gaussian(case: Case) -> None:
+def _check_gaussian(case: Case, seeds: bool = True) -> None:
     mean, std = case.attrs["mean"], case.attrs["std"]
     for who, v in zip(("fluidjax", "paddle"), _samples(case)):
         _check_moments(v, mean, std, -np.inf, np.inf, who)
         inside = np.mean(np.abs(v - mean) < std)
         assert abs(inside - 0.6827) < 0.01, f"{who}: {inside:.4f} of the samples within one std"
-    _check_reproducibility(case)
+    if seeds:
+        _check_reproducibility(case)
 
 
-def _check_truncated(case: Case) -> None:
+def _check_truncated(case: Case, seeds: bool = True) -> None:
     mean, std = case.attrs["mean"], case.attrs["std"]
     # The standard deviation of a standard normal cut at ±2.
     phi2 = math.exp(-2.0) / math.sqrt(2 * math.pi)
@@ -108,29 +113,35 @@ def _check_truncated(case: Case) -> None:
     trunc_std = std * math.sqrt(1 - 2 * 2 * phi2 / mass)
     for who, v in zip(("fluidjax", "paddle"), _samples(case)):
         _check_moments(v, mean, trunc_std, mean - 2 * std - 1e-6, mean + 2 * std + 1e-6, who, closed_high=True)
-    _check_reproducibility(case)
+    if seeds:
+        _check_reproducibility(case)
 
 
-def _check_randint(case: Case) -> None:
+def _check_randint(case: Case, seeds: bool = True) -> None:
     lo, hi = case.attrs["low"], case.attrs["high"]
     k = hi - lo
     for who, v in zip(("fluidjax", "paddle"), _samples(case)):
         _check_moments(v, (lo + hi - 1) / 2, math.sqrt((k * k - 1) / 12), lo, hi, who)
         counts = np.bincount((v - lo).reshape(-1), minlength=k)
         assert counts.size == k and counts.min() > 0.9 * v.size / k, f"{who}: uneven counts {counts}"
-    _check_reproducibility(case)
+    if seeds:
+        _check_reproducibility(case)
+
+
+def _stats_only(check):
+    return functools.partial(check, seeds=False)
 
 
 CASES = [
     Case("uniform_random", attrs={"shape": [N], "dtype": 5, "min": -2.0, "max": 3.0}, check=_check_uniform),
     Case("uniform_random", attrs={"shape": [400, 250], "dtype": 6, "min": 0.0, "max": 1.0},
-         check=_check_uniform, name="f64"),
+         check=_stats_only(_check_uniform), name="f64"),
     Case("gaussian_random", attrs={"shape": [N], "dtype": 5, "mean": 1.5, "std": 2.0}, check=_check_gaussian),
     Case("gaussian_random", attrs={"shape": [250, 400], "dtype": 6, "mean": 0.0, "std": 1.0},
-         check=_check_gaussian, name="f64"),
+         check=_stats_only(_check_gaussian), name="f64"),
     Case("truncated_gaussian_random", attrs={"shape": [N], "dtype": 5, "mean": -1.0, "std": 0.5},
          check=_check_truncated),
     Case("randint", attrs={"shape": [N], "dtype": 3, "low": -3, "high": 7}, check=_check_randint),
-    Case("randint", attrs={"shape": [200, 500], "dtype": 2, "low": 0, "high": 2}, check=_check_randint,
+    Case("randint", attrs={"shape": [200, 500], "dtype": 2, "low": 0, "high": 2}, check=_stats_only(_check_randint),
          name="int32"),
 ]
