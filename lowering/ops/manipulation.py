@@ -513,7 +513,10 @@ def _slice_shape(ctx: InferShapeContext) -> None:
     infer_shape=_slice_shape, no_grad_inputs=list(_SLICE_TENSORS))
 def slice_(ctx):
     """``Input[starts:ends]`` along ``axes`` (bounds clipped, negatives from the end); the dims of
-    ``decrease_axis`` (size 1) are dropped. Tensor bounds must be concrete."""
+    ``decrease_axis`` (size 1) are dropped. Tensor bounds must be concrete.
+
+    An end before the start gives an empty dim (Paddle's kernel raises instead).
+    """
     x = ctx.input("Input")
     starts = static_ints(ctx, "StartsTensor", "StartsTensorList", what="starts")
     ends = static_ints(ctx, "EndsTensor", "EndsTensorList", what="ends")
@@ -601,7 +604,11 @@ def _strided_slice_shape(ctx: InferShapeContext) -> None:
     infer_shape=_strided_slice_shape, no_grad_inputs=list(_STRIDED_TENSORS))
 def strided_slice(ctx):
     """``Input[starts:ends:strides]`` along ``axes`` (negative strides walk backwards; with a
-    negative stride an end of -1 reaches index 0); ``decrease_axis`` dims are dropped."""
+    negative stride an end of -1 reaches index 0); ``decrease_axis`` dims are dropped.
+
+    Bounds that walk against the stride give an empty dim, and bounds past the dim are clipped
+    into it (Paddle's kernel raises for the first and reads past the dim for the second).
+    """
     x = ctx.input("Input")
     vals = {}
     for name, a, b in (("starts", "StartsTensor", "StartsTensorList"), ("ends", "EndsTensor", "EndsTensorList"),
