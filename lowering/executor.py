@@ -24,6 +24,7 @@ from ..ir import dtypes, registry
 from ..ir.errors import FeedError, UninitializedVariableError
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
+from .context import make_key
 from .lod_tensor import LoDTensor
 from .lower import op_rng, run_op
 from .places import Place
@@ -189,7 +190,7 @@ class Executor:
             env: dict[str, Any] = {**const, **mutable, **feeds}
             base_key = None
             if seed is not None:
-                base_key = jax.random.fold_in(jax.random.PRNGKey(seed[0]), seed[1])
+                base_key = jax.random.fold_in(make_key(seed[0]), seed[1])
             for index, op in enumerate(ops):
                 run_op(op, env, op_rng(base_key, index) if base_key is not None else None)
             return {n: env[n] for n in written}, [env[n] for n in fetch_names]

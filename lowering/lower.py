@@ -19,7 +19,7 @@ import numpy as np
 from ..ir import callstack, dtypes, registry, shape
 from ..ir.errors import OpRuntimeError, ShapeError
 from ..ir.program import EMPTY_VAR_NAME
-from .context import ComputeContext
+from .context import ComputeContext, make_key
 
 GRAD_SUFFIX = "@GRAD"
 
@@ -137,7 +137,7 @@ def derived_shape_rule(ictx: shape.InferShapeContext) -> None:
         ctx = ComputeContext(opdef, op, values, op.attrs, (lambda: key))
         return opdef.compute(ctx)
 
-    key = jax.ShapeDtypeStruct((2,), np.uint32)
+    key = jax.eval_shape(lambda: make_key(0))
     outs = jax.eval_shape(apply, structs, key)
     for slot, value in outs.items():
         values = value if isinstance(value, (list, tuple)) else [value]
