@@ -321,6 +321,7 @@ def test_paddle_built_cnn_trains_in_fluidjax():
     import paddle.nn.functional as F
     from fluidjax.lowering.lod_tensor import LoDTensor
 
+    paddle.enable_static()  # another test may have left Paddle in dynamic mode
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
         img = paddle.static.data("img", [-1, 3, 8, 8])
