@@ -82,6 +82,34 @@ class Executor:
         against the program before anything is compiled. Persistable variables are read from and
         written to ``scope`` (the global scope by default); nothing else is stored there.
         """
+        program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
+        self._run_host_ops(plan, scope)
+        mutable, const, feeds, seed = args
+        if plan.random:
+            self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
+        if self._device is not None:
+            with jax.default_device(self._device):
+                new_state, fetches = plan.step(mutable, const, feeds, seed)
+        else:
+            new_state, fetches = plan.step(mutable, const, feeds, seed)
+        for name, value in new_state.items():
+            holder = scope.find_var(name) or scope.var(name)
+            holder.get_mutable(LoDTensor).set(value)
+        if return_numpy:
+            return [np.asarray(v) for v in fetches]
+        return list(fetches)
+
+    def lower(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
+              fetch_list: Sequence[Variable | str] | None = None, scope: Scope | None = None) -> jax.stages.Lowered:
+        """The ``jax.stages.Lowered`` step that ``run`` with the same arguments would execute.
+
+        Nothing runs and the scope is not changed; ``.compile().as_text()`` shows the optimized HLO.
+        """
+        _, _, plan, args = self._prepare(program, feed, fetch_list, scope)
+        return plan.step.lower(*args)
+
+    def _prepare(self, program, feed, fetch_list, scope):
+        """Check the feeds, find the plan and gather its state: everything a run needs first."""
         program = default_main_program() if program is None else program
         if not isinstance(program, Program):
             raise TypeError(f"Executor.run expects a fluidjax Program, got {type(program).__name__}")
@@ -94,23 +122,11 @@ class Executor:
             hook(scope)
         mutable = self._gather(plan, plan.mutable_state, scope)
         const = self._gather(plan, plan.const_state, scope)
-        self._run_host_ops(plan, scope)
         seed = None
         if plan.random:
             count = self._runs.get(program._uid, 0)
-            self._runs[program._uid] = count + 1
             seed = np.array([program.random_seed or self._default_seed, count], np.uint32)
-        if self._device is not None:
-            with jax.default_device(self._device):
-                new_state, fetches = plan.step(mutable, const, feeds, seed)
-        else:
-            new_state, fetches = plan.step(mutable, const, feeds, seed)
-        for name, value in new_state.items():
-            holder = scope.find_var(name) or scope.var(name)
-            holder.get_mutable(LoDTensor).set(value)
-        if return_numpy:
-            return [np.asarray(v) for v in fetches]
-        return list(fetches)
+        return program, scope, plan, (mutable, const, feeds, seed)
 
     def close(self) -> None:
         """Forget compiled steps (kept for Paddle's API)."""

@@ -375,10 +375,7 @@ def test_training_step_compiles_to_as_many_matmuls_as_value_and_grad():
     exe.run(startup, scope=scope)
     xs, ys = _data(steps=1, batch=16)
     feed = {"x": xs[0], "y": ys[0]}
-    plan = exe._plan(main, tuple(sorted(feed)), (cost.name,))   # what exe.run(main, feed, [cost]) runs
-    mutable = exe._gather(plan, plan.mutable_state, scope)
-    const = exe._gather(plan, plan.const_state, scope)
-    ours = plan.step.lower(mutable, const, {k: jnp.asarray(v) for k, v in feed.items()}, None).compile().as_text()
+    ours = exe.lower(main, feed, [cost], scope).compile().as_text()  # what exe.run(main, feed, [cost]) runs
 
     def loss_fn(params, x, y):
         h = jax.nn.relu(x @ params["w0"] + params["b0"])
