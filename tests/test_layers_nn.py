@@ -12,6 +12,15 @@ from fluidjax import layer
 RNG = np.random.default_rng(11)
 
 
+@pytest.fixture(autouse=True)
+def paddle_static_mode():
+    """Paddle's static mode for every test here (another module may have left it dynamic)."""
+    import paddle
+
+    paddle.enable_static()
+    yield
+
+
 def _rand(*shape, low=-1.0, high=1.0, dtype="float32"):
     return RNG.uniform(low, high, shape).astype(dtype)
 
@@ -321,7 +330,6 @@ def test_paddle_built_cnn_trains_in_fluidjax():
     import paddle.nn.functional as F
     from fluidjax.lowering.lod_tensor import LoDTensor
 
-    paddle.enable_static()  # another test may have left Paddle in dynamic mode
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
         img = paddle.static.data("img", [-1, 3, 8, 8])
