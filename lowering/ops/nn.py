@@ -8,6 +8,7 @@ import numpy as np
 
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
+from ..context import make_key
 from ._shapes import dims_equal, prod
 
 
@@ -198,9 +199,9 @@ def dropout(ctx):
         return {"Out": out, "Mask": jnp.ones(x.shape, jnp.uint8)}
     seed_tensor = ctx.input("Seed")
     if seed_tensor is not None:
-        key = jax.random.PRNGKey(seed_tensor.reshape(-1)[0])
+        key = make_key(seed_tensor.reshape(-1)[0])
     elif ctx.attr("fix_seed", False) and ctx.attr("seed", 0):
-        key = jax.random.PRNGKey(int(ctx.attr("seed", 0)))
+        key = make_key(int(ctx.attr("seed", 0)))
     else:
         key = ctx.rng()
     keep = jax.random.uniform(key, x.shape) >= p
