@@ -257,5 +257,7 @@ def has(type: str) -> bool:
 
 
 def registered_types(*, include_grad: bool = False) -> list[str]:
-    """The registered op types, sorted; grad ops only when asked."""
-    return sorted(t for t, d in _REGISTRY.items() if include_grad or d.forward_type is None)
+    """The registered op types, sorted; grad ops (``<type>_grad``, generated or hand-written) only
+    when asked."""
+    return sorted(t for t, d in _REGISTRY.items()
+                  if include_grad or (d.forward_type is None and not t.endswith("_grad")))

@@ -14,7 +14,10 @@ from fluidjax.lowering import scope as _scope  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def fresh_defaults():
-    """Fresh default main/startup programs, global scope and name counters for every test."""
+    """Fresh default main/startup programs, global scope and name counters for every test;
+    Paddle (when a test has imported it) in static-graph mode."""
+    if "paddle" in sys.modules:
+        sys.modules["paddle"].enable_static()
     main = _program.switch_main_program(fj.Program())
     startup = _program.switch_startup_program(fj.Program())
     scope = _scope.switch_scope(fj.Scope())

@@ -12,15 +12,6 @@ from fluidjax import layer
 RNG = np.random.default_rng(11)
 
 
-@pytest.fixture(autouse=True)
-def paddle_static_mode():
-    """Paddle's static mode for every test here (another module may have left it dynamic)."""
-    import paddle
-
-    paddle.enable_static()
-    yield
-
-
 def _rand(*shape, low=-1.0, high=1.0, dtype="float32"):
     return RNG.uniform(low, high, shape).astype(dtype)
 

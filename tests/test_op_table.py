@@ -19,8 +19,9 @@ from optable import Case, all_cases
 CASES = all_cases()
 COMPARED = [c for c in CASES if c.check is None]
 CUSTOM = [c for c in CASES if c.check is not None]
-# Ops that exist only in fluidjax (Paddle has no op of that type).
-FLUIDJAX_ONLY = {"fill_string"}
+# Ops Paddle 2.6.2 does not register: our own host op, and cos_sim (removed from Paddle 2.x's op
+# library, still in programs saved by Paddle 1.x).
+FLUIDJAX_ONLY = {"fill_string", "cos_sim"}
 
 
 def _as_list(value):
@@ -230,7 +231,7 @@ def test_every_registered_op_has_a_row():
 
 
 def test_every_row_names_a_registered_op():
-    unknown = sorted({c.op for c in CASES} - set(registry.registered_types()))
+    unknown = sorted({c.op for c in CASES} - set(registry.registered_types(include_grad=True)))
     assert not unknown, f"op-test rows for ops that are not registered: {unknown}"
 
 

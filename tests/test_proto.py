@@ -407,16 +407,13 @@ def test_round_trip_paddle_program_api():
     import paddle
 
     paddle.enable_static()
-    try:
-        main = paddle.static.Program()
-        startup = paddle.static.Program()
-        with paddle.static.program_guard(main, startup):
-            x = paddle.static.data("x", [None, 4], "float32")
-            y = paddle.static.nn.fc(x, 3)
-            paddle.mean(y)
-        data = main.desc.serialize_to_string()
-    finally:
-        paddle.disable_static()
+    main = paddle.static.Program()
+    startup = paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 4], "float32")
+        y = paddle.static.nn.fc(x, 3)
+        paddle.mean(y)
+    data = main.desc.serialize_to_string()
 
     ours = fj_pb2.ProgramDesc.FromString(data)
     theirs = paddle_pb2.ProgramDesc.FromString(data)
