@@ -11,26 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import fluidjax as fj
 from fluidjax import layer
-
-
-def median_ms(fn, repeats: int, warmup: int = 20) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+from timing import HEADER, interleaved_medians, row
 
 
 def build():
@@ -71,7 +58,7 @@ def paddle_runner(program_bytes: bytes, params: dict, feed: dict, fetch: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=1000)
     args = parser.parse_args()
     main_program, startup, cost = build()
     exe = fj.Executor()
@@ -80,7 +67,7 @@ def main() -> None:
     params = {n: np.asarray(scope.find_var(n).get_tensor()) for n in ("fc_0.w_0", "fc_0.b_0")}
     program_bytes = main_program.serialize()
     print(f"device: {jax.devices()[0]}; seed model forward (fc 4096->100 softmax, cross entropy)")
-    print(f"{'batch':>6} {'fluidjax ms':>12} {'JAX ms':>9} {'Paddle ms':>10} {'fluidjax/JAX':>13} {'Paddle/fluidjax':>16}")
+    print(HEADER)
     for batch in (64, 1024):
         rng = np.random.default_rng(batch)
         images = rng.random((batch, 4096), dtype=np.float32)
@@ -97,11 +84,9 @@ def main() -> None:
         paddle_run = paddle_runner(program_bytes, params, feed, cost.name)
         np.testing.assert_allclose(ours(), theirs_jax(), rtol=1e-4)
         np.testing.assert_allclose(ours(), paddle_run(), rtol=1e-4)
-        t_ours = median_ms(ours, args.repeats)
-        t_jax = median_ms(theirs_jax, args.repeats)
-        t_paddle = median_ms(paddle_run, args.repeats)
-        print(f"{batch:>6} {t_ours:>12.3f} {t_jax:>9.3f} {t_paddle:>10.3f} {t_ours / t_jax:>13.2f} "
-              f"{t_paddle / t_ours:>16.2f}")
+        ms = interleaved_medians({"fluidjax": ours, "jax": theirs_jax, "paddle": paddle_run}, [()],
+                                 args.repeats, warmup=20)
+        print(row(batch, ms))
 
 
 if __name__ == "__main__":

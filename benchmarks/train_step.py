@@ -12,7 +12,9 @@ Memory: MLP 784-7000-7000-10 float32 (54.5 M parameters, 218 MB; Adam keeps two 
 reset after the first step) and of the whole process (initialisation included).
 JAX's CPU client reports no memory statistics.
 
-    python benchmarks/train_step.py [--steps N] [--skip-memory]
+LeNet: the step of ``train_step_lenet.py`` (batch 64, Adam), in the same run.
+
+    python benchmarks/train_step.py [--steps N] [--skip-memory] [--skip-lenet]
 """
 
 from __future__ import annotations
@@ -20,27 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
 import numpy as np
 
+from timing import HEADER, interleaved_medians, row
+
 SIZES = (784, 200, 10)
 BIG_SIZES = (784, 7000, 7000, 10)
 LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
-
-
-def median_ms(fn, steps: int, warmup: int = 10) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def initial_params(sizes, seed=0) -> dict[str, np.ndarray]:
@@ -170,8 +162,7 @@ def time_steps(steps: int) -> None:
 
     print(f"device: {jax.devices()[0]}; MLP {'-'.join(map(str, SIZES))} (relu, softmax, cross entropy), Adam; "
           f"one step = forward + backward + update + fetch the loss")
-    print(f"{'batch':>6} {'fluidjax ms':>12} {'JAX ms':>9} {'Paddle ms':>10} {'fluidjax/JAX':>13} "
-          f"{'Paddle/fluidjax':>16}")
+    print(HEADER)
     params = initial_params(SIZES)
     for batch in (64, 512):
         data = batches(batch, 8)
@@ -182,12 +173,7 @@ def time_steps(steps: int) -> None:
         np.testing.assert_allclose(first["fluidjax"], first["jax"], rtol=1e-4)
         np.testing.assert_allclose(first["fluidjax"], first["paddle"], rtol=1e-4)
         n = steps if batch <= 64 else max(steps // 2, 20)
-        result = {}
-        for name, run in runners.items():
-            counter = iter(range(10**9))
-            result[name] = median_ms(lambda: run(*data[next(counter) % len(data)]), n)
-        print(f"{batch:>6} {result['fluidjax']:>12.3f} {result['jax']:>9.3f} {result['paddle']:>10.3f} "
-              f"{result['fluidjax'] / result['jax']:>13.2f} {result['paddle'] / result['fluidjax']:>16.2f}")
+        print(row(batch, interleaved_medians(runners, data, n)))
 
 
 # -- memory -----------------------------------------------------------------------------------------
@@ -266,12 +252,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="timed steps at batch 64 (half at 512)")
     parser.add_argument("--memory-steps", type=int, default=200)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-lenet", action="store_true")
     parser.add_argument("--memory-child", choices=["fluidjax", "jax"])
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child, args.memory_steps)
         return
     time_steps(args.steps)
+    if not args.skip_lenet:
+        import train_step_lenet
+
+        print()
+        train_step_lenet.time_lenet(64, args.steps)
     if not args.skip_memory:
         measure_memory(args.memory_steps)
 

@@ -17,32 +17,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 import numpy as np
+
+from timing import HEADER, interleaved_medians, row
 
 CLASSES = 10
 LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
 # name -> shape, in creation order (the same names in fluidjax and Paddle).
 PARAM_SHAPES = {"conv2d_0.w_0": (20, 1, 5, 5), "conv2d_0.b_0": (20,), "conv2d_1.w_0": (50, 20, 5, 5),
                 "conv2d_1.b_0": (50,), "fc_0.w_0": (800, CLASSES), "fc_0.b_0": (CLASSES,)}
-
-
-def interleaved_medians(runners: dict, data: list, steps: int, warmup: int = 10) -> dict[str, float]:
-    """Median milliseconds per step of each runner. The sides take turns step by step (in an order
-    that rotates every round), so a busy machine slows all of them alike instead of whichever
-    happened to run while it was busy."""
-    names = list(runners)
-    times = {name: [] for name in names}
-    for i in range(warmup + steps):
-        x, y = data[i % len(data)]
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            start = time.perf_counter()
-            runners[name](x, y)
-            if i >= warmup:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def initial_params(seed=0) -> dict[str, np.ndarray]:
@@ -183,32 +167,34 @@ def paddle_trainer(params):
     return step
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=200, help="timed steps per side")
-    args = parser.parse_args()
-
+def time_lenet(batch: int = 64, steps: int = 200) -> None:
+    """Print the LeNet step table (the figures ``train_step.py`` reports for LeNet)."""
     import jax
 
     params = initial_params()
-    data = batches(args.batch, 8)
+    data = batches(batch, 8)
     runners = {"fluidjax": fluidjax_trainer(params), "jax": jax_trainer(params), "paddle": paddle_trainer(params)}
     # Same data, same start: the first losses agree (this also compiles every side).
     first = {k: [float(r(x, y)) for x, y in data[:3]] for k, r in runners.items()}
     np.testing.assert_allclose(first["fluidjax"], first["jax"], rtol=1e-4)
     np.testing.assert_allclose(first["fluidjax"], first["paddle"], rtol=1e-4)
 
-    result = interleaved_medians(runners, data, args.steps)
+    result = interleaved_medians(runners, data, steps)
     print(f"device: {jax.devices()[0]} ({os.cpu_count()} CPUs); LeNet (conv 20@5x5, relu, max-pool 2, "
-          f"conv 50@5x5, relu, max-pool 2, fc 10, softmax cross entropy), Adam, batch {args.batch}; "
-          f"one step = forward + backward + update + fetch the loss; median of {args.steps} interleaved steps")
+          f"conv 50@5x5, relu, max-pool 2, fc 10, softmax cross entropy), Adam, batch {batch}; "
+          f"one step = forward + backward + update + fetch the loss; median of {steps} interleaved steps")
     print(f"first losses: fluidjax {first['fluidjax']}, JAX {first['jax']}, Paddle {first['paddle']}")
-    print(f"{'batch':>6} {'fluidjax ms':>12} {'JAX ms':>9} {'Paddle ms':>10} {'fluidjax/JAX':>13} "
-          f"{'Paddle/fluidjax':>16}")
-    print(f"{args.batch:>6} {result['fluidjax']:>12.3f} {result['jax']:>9.3f} {result['paddle']:>10.3f} "
-          f"{result['fluidjax'] / result['jax']:>13.2f} {result['paddle'] / result['fluidjax']:>16.2f}")
+    print(HEADER)
+    print(row(batch, result))
     print("targets: fluidjax/JAX <= 1.10, Paddle/fluidjax >= 2.0")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=200, help="timed steps per side")
+    args = parser.parse_args()
+    time_lenet(args.batch, args.steps)
 
 
 if __name__ == "__main__":

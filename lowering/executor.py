@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from typing import Any, Iterable, Mapping, Sequence
+import weakref
+from typing import Any, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..ir import dtypes, registry
@@ -52,6 +52,11 @@ class _Plan:
     const_state: tuple[str, ...]     # only read
     written_state: tuple[str, ...]   # persistable outputs
     random: bool
+    feed_dtypes: dict[str, np.dtype] = dataclasses.field(default_factory=dict)
+    feed_shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    # scope -> {which state: [LoDTensor]}: where this plan's state lives in a scope (weak, so a
+    # dropped scope takes its arrays with it).
+    tensor_cache: weakref.WeakKeyDictionary = dataclasses.field(default_factory=weakref.WeakKeyDictionary)
     step: Any = None
     first_reader: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -84,17 +89,15 @@ class Executor:
         """
         program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
         self._run_host_ops(plan, scope)
-        mutable, const, feeds, seed = args
         if plan.random:
             self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
         if self._device is not None:
             with jax.default_device(self._device):
-                new_state, fetches = plan.step(mutable, const, feeds, seed)
+                new_state, fetches = plan.step(*args)
         else:
-            new_state, fetches = plan.step(mutable, const, feeds, seed)
-        for name, value in new_state.items():
-            holder = scope.find_var(name) or scope.var(name)
-            holder.get_mutable(LoDTensor).set(value)
+            new_state, fetches = plan.step(*args)
+        for tensor, value in zip(self._written_tensors(plan, scope), new_state):
+            tensor._value = value
         if return_numpy:
             return [np.asarray(v) for v in fetches]
         return list(fetches)
@@ -196,49 +199,62 @@ class Executor:
             random=any(registry.get(op.type).random or "seed" in registry.get(op.type).attrs
                        for op in jit_ops),
             first_reader=external,
+            feed_dtypes={n: dtypes.to_numpy(block.var(n).dtype) for n in feed_names if block.var(n).dtype},
+            feed_shapes={n: block.var(n).shape for n in feed_names},
         )
 
     def _compile(self, plan: _Plan):
         ops, fetch_names, written = plan.ops, plan.fetch_names, plan.written_state
 
+        names = plan.const_state + plan.mutable_state + plan.feed_names
+
+        # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
         def step(mutable, const, feeds, seed):
             self.trace_count += 1
-            env: dict[str, Any] = {**const, **mutable, **feeds}
+            env: dict[str, Any] = dict(zip(names, const + mutable + feeds))
             base_key = None
             if seed is not None:
                 base_key = jax.random.fold_in(make_key(seed[0]), seed[1])
             for index, op in enumerate(ops):
                 run_op(op, env, op_rng(base_key, index) if base_key is not None else None)
-            return {n: env[n] for n in written}, [env[n] for n in fetch_names]
+            return tuple(env[n] for n in written), [env[n] for n in fetch_names]
 
         return jax.jit(step, donate_argnums=(0,))
 
     # -- feeds and state -----------------------------------------------------------------------
-    def _check_feeds(self, program: Program, plan: _Plan, feed: Mapping[str, Any]) -> dict[str, Any]:
+    def _check_feeds(self, program: Program, plan: _Plan, feed: Mapping[str, Any]) -> tuple:
         block = program.global_block()
-        out = {}
+        out = []
         for name in plan.feed_names:
-            var = block.var(name)
             value = feed[name]
             if isinstance(value, LoDTensor):
                 value = value.value()
             if not isinstance(value, (np.ndarray, jax.Array)):
                 value = np.asarray(value)
-            shape = tuple(value.shape)
-            given = dtypes.normalize(value.dtype)
-            if given != var.dtype:
-                raise FeedError(f"feed {name!r} has dtype {given}, but the variable is declared "
-                                f"{var.dtype} with shape {var.shape}; convert it (x.astype({var.dtype!r}))")
-            if len(shape) != len(var.shape) or any(d >= 0 and d != s for d, s in zip(var.shape, shape)):
-                raise FeedError(f"feed {name!r} has shape {shape}, but the variable is declared "
-                                f"{var.shape} (-1 takes any size)")
+            shape = value.shape
+            declared = plan.feed_shapes[name]
+            if value.dtype != plan.feed_dtypes[name]:  # a NumPy dtype compare: cheap on the hot path
+                var = block.var(name)
+                raise FeedError(f"feed {name!r} has dtype {dtypes.normalize(value.dtype)}, but the variable "
+                                f"is declared {var.dtype} with shape {var.shape}; convert it "
+                                f"(x.astype({var.dtype!r}))")
+            if len(shape) != len(declared) or any(d >= 0 and d != s for d, s in zip(declared, shape)):
+                raise FeedError(f"feed {name!r} has shape {tuple(shape)}, but the variable is declared "
+                                f"{declared} (-1 takes any size)")
             if self._device is not None:
                 value = jax.device_put(value, self._device)
-            out[name] = value
-        return out
+            out.append(value)
+        return tuple(out)
 
-    def _gather(self, plan: _Plan, names: Iterable[str], scope: Scope) -> dict[str, Any]:
-        out = {}
+    def _gather(self, plan: _Plan, names: tuple[str, ...], scope: Scope) -> tuple:
+        """The values of state ``names`` in ``scope``; a clear error for one that has none."""
+        cached = plan.tensor_cache.setdefault(scope, {})
+        tensors = cached.get(names)
+        if tensors is not None:
+            values = tuple(t._value for t in tensors)
+            if not any(v is None for v in values):
+                return values
+        found = []
         for name in names:
             holder = scope.find_var(name)
             tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
@@ -248,8 +264,19 @@ class Executor:
                 raise UninitializedVariableError(
                     f"variable {name!r}{where} has no value in the scope: run the startup program "
                     "first, e.g. exe.run(fj.default_startup_program())")
-            out[name] = tensor.value()
-        return out
+            found.append(tensor)
+        # The LoDTensor objects stay in their holders, so later runs read them directly.
+        cached[names] = found
+        return tuple(t._value for t in found)
+
+    def _written_tensors(self, plan: _Plan, scope: Scope) -> list[LoDTensor]:
+        """The tensors a run writes its new state into (created in ``scope`` on first use)."""
+        cached = plan.tensor_cache.setdefault(scope, {})
+        tensors = cached.get("written")
+        if tensors is None:
+            tensors = cached["written"] = [(scope.find_var(n) or scope.var(n)).get_mutable(LoDTensor)
+                                           for n in plan.written_state]
+        return tensors
 
     def _run_host_ops(self, plan: _Plan, scope: Scope) -> None:
         for op in plan.host_ops:
