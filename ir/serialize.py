@@ -170,37 +170,49 @@ def _attr_value(attr: pb.OpDesc.Attr) -> Any:
     return list(value) if attr.type in _REPEATED else value
 
 
+_FLAG_FIELDS = frozenset({"persistable", "need_check_feed", "is_parameter", "stop_gradient"})
+
+
 def _var_from_proto(block: Block, desc: pb.VarDesc) -> Variable:
-    vtype = desc.type.type
+    # One ListFields() call says which optional fields are present (cheaper than HasField x5).
+    fields = {f.name: v for f, v in desc.ListFields()}
+    vtype_msg = fields["type"]
+    vtype = vtype_msg.type
     kind = _TENSOR_KINDS.get(vtype)
     shape, dtype, lod_level = (), None, 0
-    present = {f for f in ("persistable", "need_check_feed", "is_parameter", "stop_gradient")
-               if desc.HasField(f)}
-    if kind is not None and desc.type.HasField(kind):
-        holder = getattr(desc.type, kind)
+    present = set(_FLAG_FIELDS.intersection(fields))
+    has_tensor = kind is not None and vtype_msg.HasField(kind)
+    if has_tensor:
+        holder = getattr(vtype_msg, kind)
         tensor = holder if kind == "selected_rows" else holder.tensor
         shape, dtype = tuple(tensor.dims), dtypes.from_enum(tensor.data_type)
         if kind != "selected_rows":
             lod_level = holder.lod_level
             if holder.HasField("lod_level"):
                 present.add("lod_level")
-    common = dict(persistable=desc.persistable, stop_gradient=desc.stop_gradient, type=vtype,
-                  need_check_feed=desc.need_check_feed)
-    if desc.is_parameter:
-        var: Variable = Parameter(block, desc.name, shape, dtype or "float32", lod_level=lod_level,
-                                  **common)
-        var.dtype = dtype
-        var.trainable = not desc.stop_gradient
+    persistable = fields.get("persistable", False)
+    stop_gradient = fields.get("stop_gradient", False)
+    need_check_feed = fields.get("need_check_feed", False)
+    if fields.get("is_parameter", False):
+        var: Variable = Parameter.__new__(Parameter)
+        var.is_parameter = True
+        var.trainable = not stop_gradient
+        var.regularizer = None
+        var.optimize_attr = {"learning_rate": 1.0}
+        var.need_clip = True
     else:
-        var = Variable(block, desc.name, shape, dtype, lod_level, **common)
-        var.is_data = desc.need_check_feed
-    var.stop_gradient = desc.stop_gradient
-    if kind is None or not desc.type.HasField(kind):
-        var._raw_type = desc.type.SerializeToString(deterministic=True)
+        var = Variable.__new__(Variable)
+        var.is_parameter = False
+    # Parsed values are already normalized: fill the fields directly instead of __init__'s checks.
+    var.block, var.name, var.shape, var.dtype, var.lod_level = block, desc.name, shape, dtype, lod_level
+    var.persistable, var.stop_gradient, var.type = persistable, stop_gradient, vtype
+    var.need_check_feed = var.is_data = need_check_feed
+    var.desc_attrs = [(a.name, a.type, list(a.ints) if a.type == _T["ints"] else a.s if a.type == _T["string"]
+                       else a.i) for a in fields.get("attrs", ())]
     var._present = frozenset(present)
-    for a in desc.attrs:
-        value = list(a.ints) if a.type == _T["ints"] else a.s if a.type == _T["string"] else a.i
-        var.desc_attrs.append((a.name, a.type, value))
+    var._raw_type = None if has_tensor else vtype_msg.SerializeToString(deterministic=True)
+    if var.is_parameter:
+        var.is_data = False
     return var
 
 

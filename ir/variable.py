@@ -43,6 +43,7 @@ class Variable:
         need_check_feed: bool = False,
         is_data: bool = False,
     ) -> None:
+        # ir/serialize.py (_var_from_proto) sets these same fields directly: keep the two in step.
         self.block = block
         self.name = name
         self.shape = tuple(int(d) for d in shape)
