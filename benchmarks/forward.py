@@ -17,7 +17,7 @@ import numpy as np
 
 import fluidjax as fj
 from fluidjax import layer
-from timing import HEADER, interleaved_medians, row
+from timing import HEADER, compare, row
 
 
 def build():
@@ -84,7 +84,7 @@ def main() -> None:
         paddle_run = paddle_runner(program_bytes, params, feed, cost.name)
         np.testing.assert_allclose(ours(), theirs_jax(), rtol=1e-4)
         np.testing.assert_allclose(ours(), paddle_run(), rtol=1e-4)
-        ms = interleaved_medians({"fluidjax": ours, "jax": theirs_jax, "paddle": paddle_run}, [()],
+        ms = compare({"fluidjax": ours, "jax": theirs_jax, "paddle": paddle_run}, [()],
                                  args.repeats, warmup=20)
         print(row(batch, ms))
 

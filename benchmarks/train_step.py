@@ -28,11 +28,11 @@ import time
 
 import numpy as np
 
-from timing import HEADER, interleaved_medians, row
+from handwritten import BETA1, BETA2, EPS, LR, adam_trainer
+from timing import HEADER, compare, row
 
 SIZES = (784, 200, 10)
 BIG_SIZES = (784, 7000, 7000, 10)
-LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
 
 
 def initial_params(sizes, seed=0) -> dict[str, np.ndarray]:
@@ -93,12 +93,6 @@ def jax_trainer(sizes, params=None):
             limit = float(np.sqrt(6.0 / (a + b)))
             params[f"fc_{i}.w_0"] = jax.random.uniform(keys[i], (a, b), jnp.float32, -limit, limit)
             params[f"fc_{i}.b_0"] = jnp.zeros((b,), jnp.float32)
-    state = {
-        "params": {k: jnp.asarray(v) for k, v in params.items()},
-        "m1": {k: jnp.zeros(v.shape, jnp.float32) for k, v in params.items()},
-        "m2": {k: jnp.zeros(v.shape, jnp.float32) for k, v in params.items()},
-        "pows": jnp.asarray([BETA1, BETA2], jnp.float32),
-    }
 
     def loss_fn(p, x, y):
         h = x
@@ -107,25 +101,7 @@ def jax_trainer(sizes, params=None):
             h = jax.nn.softmax(h) if i == n - 1 else jax.nn.relu(h)
         return -jnp.mean(jnp.log(jnp.take_along_axis(h, y, axis=1)))
 
-    def step_fn(state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], x, y)
-        b1p, b2p = state["pows"][0], state["pows"][1]
-        lr_t = LR * jnp.sqrt(1 - b2p) / (1 - b1p)
-        m1 = jax.tree.map(lambda m, g: BETA1 * m + (1 - BETA1) * g, state["m1"], grads)
-        m2 = jax.tree.map(lambda m, g: BETA2 * m + (1 - BETA2) * g * g, state["m2"], grads)
-        new_params = jax.tree.map(lambda p, a, b: p - lr_t * (a / (jnp.sqrt(b) + EPS * jnp.sqrt(1 - b2p))),
-                                  state["params"], m1, m2)
-        pows = state["pows"] * jnp.asarray([BETA1, BETA2], jnp.float32)
-        return {"params": new_params, "m1": m1, "m2": m2, "pows": pows}, loss
-
-    step_fn = jax.jit(step_fn, donate_argnums=(0,))
-
-    def step(x, y):
-        nonlocal state
-        state, loss = step_fn(state, x, y)
-        return np.asarray(loss)
-
-    return step
+    return adam_trainer(loss_fn, params)
 
 
 # -- Paddle ----------------------------------------------------------------------------------------
@@ -173,7 +149,7 @@ def time_steps(steps: int) -> None:
         np.testing.assert_allclose(first["fluidjax"], first["jax"], rtol=1e-4)
         np.testing.assert_allclose(first["fluidjax"], first["paddle"], rtol=1e-4)
         n = steps if batch <= 64 else max(steps // 2, 20)
-        print(row(batch, interleaved_medians(runners, data, n)))
+        print(row(batch, compare(runners, data, n)))
 
 
 # -- memory -----------------------------------------------------------------------------------------

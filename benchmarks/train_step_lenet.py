@@ -20,10 +20,10 @@ import os
 
 import numpy as np
 
-from timing import HEADER, interleaved_medians, row
+from handwritten import BETA1, BETA2, EPS, LR, adam_trainer
+from timing import HEADER, compare, row
 
 CLASSES = 10
-LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
 # name -> shape, in creation order (the same names in fluidjax and Paddle).
 PARAM_SHAPES = {"conv2d_0.w_0": (20, 1, 5, 5), "conv2d_0.b_0": (20,), "conv2d_1.w_0": (50, 20, 5, 5),
                 "conv2d_1.b_0": (50,), "fc_0.w_0": (800, CLASSES), "fc_0.b_0": (CLASSES,)}
@@ -95,13 +95,6 @@ def jax_trainer(params):
     import jax.numpy as jnp
     from jax import lax
 
-    state = {
-        "params": {k: jnp.asarray(v) for k, v in params.items()},
-        "m1": {k: jnp.zeros(v.shape, jnp.float32) for k, v in params.items()},
-        "m2": {k: jnp.zeros(v.shape, jnp.float32) for k, v in params.items()},
-        "pows": jnp.asarray([BETA1, BETA2], jnp.float32),
-    }
-
     def conv_relu_pool(h, w, b):
         h = lax.conv_general_dilated(h, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
         h = jax.nn.relu(h + b[None, :, None, None])
@@ -113,25 +106,7 @@ def jax_trainer(params):
         logits = h.reshape(h.shape[0], -1) @ p["fc_0.w_0"] + p["fc_0.b_0"]
         return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y, axis=1))
 
-    def step_fn(state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], x, y)
-        b1p, b2p = state["pows"][0], state["pows"][1]
-        lr_t = LR * jnp.sqrt(1 - b2p) / (1 - b1p)
-        m1 = jax.tree.map(lambda m, g: BETA1 * m + (1 - BETA1) * g, state["m1"], grads)
-        m2 = jax.tree.map(lambda m, g: BETA2 * m + (1 - BETA2) * g * g, state["m2"], grads)
-        new_params = jax.tree.map(lambda p, a, b: p - lr_t * (a / (jnp.sqrt(b) + EPS * jnp.sqrt(1 - b2p))),
-                                  state["params"], m1, m2)
-        pows = state["pows"] * jnp.asarray([BETA1, BETA2], jnp.float32)
-        return {"params": new_params, "m1": m1, "m2": m2, "pows": pows}, loss
-
-    step_fn = jax.jit(step_fn, donate_argnums=(0,))
-
-    def step(x, y):
-        nonlocal state
-        state, loss = step_fn(state, x, y)
-        return np.asarray(loss)
-
-    return step
+    return adam_trainer(loss_fn, params)
 
 
 # -- Paddle ----------------------------------------------------------------------------------------
@@ -179,7 +154,7 @@ def time_lenet(batch: int = 64, steps: int = 200) -> None:
     np.testing.assert_allclose(first["fluidjax"], first["jax"], rtol=1e-4)
     np.testing.assert_allclose(first["fluidjax"], first["paddle"], rtol=1e-4)
 
-    result = interleaved_medians(runners, data, steps)
+    result = compare(runners, data, steps)
     print(f"device: {jax.devices()[0]} ({os.cpu_count()} CPUs); LeNet (conv 20@5x5, relu, max-pool 2, "
           f"conv 50@5x5, relu, max-pool 2, fc 10, softmax cross entropy), Adam, batch {batch}; "
           f"one step = forward + backward + update + fetch the loss; median of {steps} interleaved steps")

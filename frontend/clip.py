@@ -66,6 +66,23 @@ class GradientClipBase:
     def _static_clip(self, params_grads):
         raise NotImplementedError
 
+    @staticmethod
+    def _each_grad(params_grads, op_type: str, attrs: dict):
+        """Clip every clippable gradient on its own with one ``op_type`` op; keep the others."""
+        out = []
+        for param, grad in params_grads:
+            if grad is None:
+                continue
+            if not _clippable(param, grad):
+                out.append((param, grad))
+                continue
+            block = grad.block
+            with optimize_guard(block, param, grad):
+                new = _tmp(block, op_type, grad.shape, grad.dtype)
+                block.append_op(op_type, {"X": grad}, {"Out": new}, attrs)
+            out.append((param, new))
+        return out
+
 
 class ClipGradByValue(GradientClipBase):
     """Limit every gradient element to ``[min, max]`` (``min`` defaults to ``-max``)."""
@@ -78,19 +95,7 @@ class ClipGradByValue(GradientClipBase):
         self.max, self.min = float(max), float(min)
 
     def _static_clip(self, params_grads):
-        out = []
-        for param, grad in params_grads:
-            if grad is None:
-                continue
-            if not _clippable(param, grad):
-                out.append((param, grad))
-                continue
-            block = grad.block
-            with optimize_guard(block, param, grad):
-                new = _tmp(block, "clip", grad.shape, grad.dtype)
-                block.append_op("clip", {"X": grad}, {"Out": new}, {"min": self.min, "max": self.max})
-            out.append((param, new))
-        return out
+        return self._each_grad(params_grads, "clip", {"min": self.min, "max": self.max})
 
     def __repr__(self) -> str:
         return f"ClipGradByValue(min={self.min}, max={self.max})"
@@ -103,19 +108,7 @@ class ClipGradByNorm(GradientClipBase):
         self.clip_norm = float(clip_norm)
 
     def _static_clip(self, params_grads):
-        out = []
-        for param, grad in params_grads:
-            if grad is None:
-                continue
-            if not _clippable(param, grad):
-                out.append((param, grad))
-                continue
-            block = grad.block
-            with optimize_guard(block, param, grad):
-                new = _tmp(block, "clip_by_norm", grad.shape, grad.dtype)
-                block.append_op("clip_by_norm", {"X": grad}, {"Out": new}, {"max_norm": self.clip_norm})
-            out.append((param, new))
-        return out
+        return self._each_grad(params_grads, "clip_by_norm", {"max_norm": self.clip_norm})
 
     def __repr__(self) -> str:
         return f"ClipGradByNorm(clip_norm={self.clip_norm})"

@@ -48,3 +48,30 @@ def run(program, feed: Mapping[str, np.ndarray], fetch: Iterable[str],
 def scope_values(scope, names: Iterable[str]) -> dict[str, np.ndarray]:
     """Read variables from a Paddle scope."""
     return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+
+
+def persistable_values(program, scope=None) -> dict[str, np.ndarray]:
+    """Values of ``program``'s persistable variables held in a fluidjax scope (the global one)."""
+    import fluidjax as fj
+
+    scope = scope if scope is not None else fj.global_scope()
+    out = {}
+    for var in program.list_vars():
+        holder = scope.find_var(var.name) if var.persistable else None
+        if holder is not None and holder.holds(fj.LoDTensor):
+            out[var.name] = np.asarray(holder.get_tensor())
+    return out
+
+
+def run_both(fetch, feed: Mapping[str, np.ndarray], program=None):
+    """Run the default startup program, then ``program`` (default: the main one) in fluidjax and,
+    serialized, in Paddle with the same persistable values; return (ours, theirs)."""
+    import fluidjax as fj
+
+    program = program or fj.default_main_program()
+    exe = fj.Executor()
+    exe.run(fj.default_startup_program())
+    names = [v if isinstance(v, str) else v.name for v in fetch]
+    ours = exe.run(program, feed=feed, fetch_list=names)
+    theirs = run(program.serialize(), feed, names, persistable_values(program))
+    return ours, theirs

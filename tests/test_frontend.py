@@ -1,7 +1,6 @@
 """Frontend: program_guard, ParamAttr, initializers, the seeds' Variable, operator sugar, printing."""
 
 import numpy as np
-import pytest
 
 import fluidjax as fj
 from fluidjax import layer
@@ -57,6 +56,7 @@ def test_seed_variable_constructor():
     v = fj.Variable("X", shape=[784, 10], data_type="int32", value=0)
     s = fj.Variable("S", data_type="string", value="aa")
     assert isinstance(v, fj.Variable) and v.persistable and v.shape == (784, 10) and v.dtype == "int32"
+    assert isinstance(s, fj.Variable) and s.persistable and s.dtype is None
     scope = fj.global_scope()
     assert scope.find_var("X") is None and scope.find_var("S") is None
     fj.Executor().run(fj.default_startup_program())
@@ -98,5 +98,6 @@ def test_clone_for_test_sets_is_test_and_copies():
     assert clone is not main and clone.serialize() != b""
     assert [op.type for op in clone.global_block().ops] == [op.type for op in main.global_block().ops]
     assert clone.global_block().var("fc_0.w_0").is_parameter
+    assert clone.global_block().var(y.name).shape == (-1, 2)
     clone.global_block().create_var("extra", (1,), "float32")
     assert not main.global_block().has_var("extra")

@@ -11,12 +11,7 @@ from fluidjax import layer
 RNG = np.random.default_rng(7)
 
 
-def _both(fetch, feed):
-    """Run the default main program in fluidjax and in Paddle; return both lists of results."""
-    names = [v.name for v in fetch]
-    ours = fj.Executor().run(feed=feed, fetch_list=names)
-    theirs = po.run(fj.default_main_program().serialize(), feed, names)
-    return ours, theirs
+_both = po.run_both
 
 
 def _assert_same(ours, theirs, rtol=1e-5, atol=1e-6):

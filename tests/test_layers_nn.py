@@ -16,27 +16,10 @@ def _rand(*shape, low=-1.0, high=1.0, dtype="float32"):
     return RNG.uniform(low, high, shape).astype(dtype)
 
 
-def _persistables(program):
-    """Values of the program's persistable variables in the global scope (after the startup run)."""
-    scope = fj.global_scope()
-    out = {}
-    for var in program.list_vars():
-        holder = scope.find_var(var.name) if var.persistable else None
-        if holder is not None:
-            out[var.name] = np.asarray(holder.get_tensor())
-    return out
+_persistables = po.persistable_values
 
 
-def _both(fetch, feed, program=None, exe=None):
-    """Run the startup program, then ``program`` in fluidjax and in Paddle (same parameters)."""
-    program = program or fj.default_main_program()
-    exe = exe or fj.Executor()
-    exe.run(fj.default_startup_program())
-    params = _persistables(program)
-    names = [v if isinstance(v, str) else v.name for v in fetch]
-    ours = exe.run(program, feed=feed, fetch_list=names)
-    theirs = po.run(program.serialize(), feed, names, params)
-    return ours, theirs
+_both = po.run_both
 
 
 def _assert_same(ours, theirs, rtol=1e-5, atol=1e-5):

@@ -12,12 +12,7 @@ from fluidjax import layer
 RNG = np.random.default_rng(11)
 
 
-def _both(fetch, feed):
-    """Run the default main program in fluidjax and in Paddle; return both lists of results."""
-    names = [v.name for v in fetch]
-    ours = fj.Executor().run(feed=feed, fetch_list=names)
-    theirs = po.run(fj.default_main_program().serialize(), feed, names)
-    return ours, theirs
+_both = po.run_both
 
 
 def _fixed(name, shape, dtype):
