@@ -6,6 +6,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the demo; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help") or argv[0] != "demo":
         print("usage: python -m fluidjax demo [--steps N] [--batch N] [--quiet]")

@@ -39,6 +39,7 @@ def build():
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the demo (see the module docstring); returns 0 when the loss fell."""
     parser = argparse.ArgumentParser(prog="fluidjax demo", description=__doc__)
     parser.add_argument("--steps", type=int, default=150, help="training steps")
     parser.add_argument("--batch", type=int, default=64)

@@ -20,14 +20,17 @@ class LayerHelper:
 
     @property
     def main_program(self):
+        """The program the layer appends its ops to."""
         return default_main_program()
 
     @property
     def startup_program(self):
+        """The program that initialises the layer's parameters."""
         return default_startup_program()
 
     @property
     def block(self):
+        """The main program's current block."""
         return self.main_program.current_block()
 
     def create_parameter(self, attr: ParamAttr, shape, dtype: str, *, is_bias: bool = False,
@@ -52,6 +55,7 @@ class LayerHelper:
 
     def append_op(self, type: str, inputs: Mapping[str, Any] | None = None,
                   outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None):
+        """Append an op to the current block (see ``Block.append_op``)."""
         return self.block.append_op(type, inputs, outputs, attrs)
 
     def simple_op(self, type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None,

@@ -96,6 +96,7 @@ class PiecewiseDecay(LRScheduler):
         super().__init__(last_epoch=last_epoch, verbose=verbose)
 
     def get_lr(self) -> float:
+        """The value of the interval ``last_epoch`` falls in."""
         for boundary, value in zip(self.boundaries, self.values):
             if self.last_epoch < boundary:
                 return value
@@ -112,6 +113,7 @@ class ExponentialDecay(LRScheduler):
         super().__init__(learning_rate, last_epoch, verbose)
 
     def get_lr(self) -> float:
+        """base_lr * gamma ** last_epoch."""
         return self.base_lr * self.gamma ** self.last_epoch
 
 
@@ -130,6 +132,7 @@ class CosineAnnealingDecay(LRScheduler):
         super().__init__(learning_rate, last_epoch, verbose)
 
     def get_lr(self) -> float:
+        """The cosine-annealed rate at ``last_epoch`` (Paddle's recursive form)."""
         t, T = self.last_epoch, self.T_max
         if t == 0:
             return self.base_lr
@@ -161,6 +164,7 @@ class LinearWarmup(LRScheduler):
         super().__init__(start_lr, last_epoch, verbose)
 
     def get_lr(self) -> float:
+        """The warm-up line before ``warmup_steps``, the wrapped rate after."""
         if self.last_epoch < self.warmup_steps:
             return (self.end_lr - self.start_lr) * float(self.last_epoch) / float(self.warmup_steps) + self.start_lr
         if isinstance(self.learning_rate, LRScheduler):
@@ -169,12 +173,14 @@ class LinearWarmup(LRScheduler):
         return float(self.learning_rate)
 
     def state_dict(self) -> dict[str, Any]:
+        """The scheduler's state, with the wrapped scheduler's."""
         state = super().state_dict()
         if isinstance(self.learning_rate, LRScheduler):
             state["LinearWarmup_LR"] = self.learning_rate.state_dict()
         return state
 
     def set_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
         state = dict(state)
         inner = state.pop("LinearWarmup_LR", None)
         super().set_state_dict(state)
@@ -248,6 +254,7 @@ class ReduceOnPlateau(LRScheduler):
                     print(f"Epoch {self.last_epoch}: ReduceOnPlateau set learning rate to {self.last_lr}.")
 
     def get_lr(self) -> float:
+        """The current rate (changed only by ``step(metrics)``)."""
         return self.last_lr
 
     def _is_better(self, current: float, best: float) -> bool:

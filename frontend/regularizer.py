@@ -28,6 +28,7 @@ class WeightDecayRegularizer:
 
     @property
     def coeff(self) -> float:
+        """The decay coefficient."""
         return self._coeff
 
     def __call__(self, param: Variable, grad: Variable, block) -> Variable:

@@ -70,16 +70,20 @@ class Operator:
 
     @property
     def input_arg_names(self) -> list[str]:
+        """Every input variable name, slot by slot (``@EMPTY@`` left out)."""
         return [n for names in self.inputs.values() for n in names if n != EMPTY_VAR_NAME]
 
     @property
     def output_arg_names(self) -> list[str]:
+        """Every output variable name, slot by slot (``@EMPTY@`` left out)."""
         return [n for names in self.outputs.values() for n in names if n != EMPTY_VAR_NAME]
 
     def attr(self, name: str, default: Any = None) -> Any:
+        """Attribute ``name``, or ``default`` when the op has none."""
         return self.attrs.get(name, default)
 
     def has_attr(self, name: str) -> bool:
+        """Whether the op carries attribute ``name``."""
         return name in self.attrs
 
     def set_attr(self, name: str, value: Any, kind: str | None = None) -> None:
@@ -93,6 +97,7 @@ class Operator:
 
     @property
     def callstack(self) -> list[str]:
+        """Paddle's ``op_callstack``: where the user's code created the op."""
         return self.attrs.get("op_callstack") or []
 
     @property
@@ -123,10 +128,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _OutputBuffer:
-    """Shape-rule results for one op, written to the block only if the whole rule succeeds."""
-
-
 class Block:
     """A list of ops and the variables they use (Paddle's ``BlockDesc``)."""
 
@@ -142,6 +143,7 @@ class Block:
     # -- variables ---------------------------------------------------------------------------
     @property
     def parent(self) -> "Block | None":
+        """The enclosing block, or None for the global block."""
         return self.program.blocks[self.parent_idx] if self.parent_idx >= 0 else None
 
     def create_var(self, name: str | None = None, shape: Iterable[int] = (), dtype="float32",
@@ -174,6 +176,7 @@ class Block:
         return param
 
     def has_var(self, name: str) -> bool:
+        """Whether this block itself (not a parent) has variable ``name``."""
         return name in self.vars
 
     def var(self, name: str) -> Variable:
@@ -186,12 +189,14 @@ class Block:
         raise KeyError(f"variable {name!r} is not in block {self.idx} or its parents")
 
     def find_var(self, name: str) -> Variable | None:
+        """Like :meth:`var`, but None instead of an error for an unknown name."""
         try:
             return self.var(name)
         except KeyError:
             return None
 
     def all_parameters(self) -> list[Parameter]:
+        """The block's parameters, in creation order."""
         return [v for v in self.vars.values() if isinstance(v, Parameter)]
 
     # -- ops ---------------------------------------------------------------------------------------
@@ -224,6 +229,7 @@ class Block:
         return op
 
     def remove_op(self, index: int) -> Operator:
+        """Remove and return the op at ``index``."""
         op = self.ops.pop(index)
         self.program._bump()
         return op
@@ -311,16 +317,20 @@ class Program:
 
     # -- blocks --------------------------------------------------------------------------------
     def global_block(self) -> Block:
+        """Block 0, where parameters and data variables live."""
         return self.blocks[0]
 
     def block(self, idx: int) -> Block:
+        """Block number ``idx``."""
         return self.blocks[idx]
 
     def current_block(self) -> Block:
+        """The block layer functions append to now."""
         return self.blocks[self._current_block_idx]
 
     @property
     def num_blocks(self) -> int:
+        """How many blocks the program has."""
         return len(self.blocks)
 
     def create_block(self, parent_idx: int | None = None) -> Block:
@@ -338,10 +348,12 @@ class Program:
 
     # -- queries ---------------------------------------------------------------------------------
     def list_vars(self) -> Iterator[Variable]:
+        """Every variable of every block."""
         for block in self.blocks:
             yield from block.vars.values()
 
     def all_parameters(self) -> list[Parameter]:
+        """The parameters of the global block."""
         return self.global_block().all_parameters()
 
     # -- format ----------------------------------------------------------------------------------

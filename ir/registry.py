@@ -58,6 +58,7 @@ class Attr:
 
     @property
     def type_id(self) -> int:
+        """Paddle's ``AttrType`` number of this kind."""
         return ATTR_TYPES[self.kind]
 
 
@@ -100,6 +101,7 @@ class Slot:
 
     @classmethod
     def parse(cls, spec: str) -> "Slot":
+        """A slot from its spec: ``X``, ``X*`` (duplicable) or ``X?`` (dispensable)."""
         name = spec.rstrip("*?")
         return cls(name, duplicable="*" in spec, dispensable="?" in spec)
 
@@ -140,21 +142,6 @@ class OpDef:
     doc: str = ""
     # Set for `<type>_grad` ops made by the registry: the forward op type.
     forward_type: str | None = None
-
-    def input_slot(self, name: str) -> Slot:
-        for slot in self.inputs:
-            if slot.name == name:
-                return slot
-        raise KeyError(name)
-
-    def output_slot(self, name: str) -> Slot:
-        for slot in self.outputs:
-            if slot.name == name:
-                return slot
-        raise KeyError(name)
-
-    def default_attrs(self) -> dict[str, Any]:
-        return {name: spec.default for name, spec in self.attrs.items()}
 
 
 _REGISTRY: dict[str, OpDef] = {}

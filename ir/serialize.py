@@ -146,6 +146,7 @@ def program_to_proto(program: Program) -> pb.ProgramDesc:
 
 
 def program_to_bytes(program: Program) -> bytes:
+    """A program as deterministic ``ProgramDesc`` bytes."""
     with _gc_paused():
         return program_to_proto(program).SerializeToString(deterministic=True)
 
@@ -248,6 +249,7 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
 
 
 def program_from_bytes(data: bytes) -> Program:
+    """A program from ``ProgramDesc`` bytes; a clear error for anything else."""
     desc = pb.ProgramDesc()
     try:
         desc.ParseFromString(data)

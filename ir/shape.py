@@ -25,6 +25,7 @@ class VarInfo(NamedTuple):
 
     @property
     def ndim(self) -> int:
+        """The rank."""
         return len(self.shape)
 
 
@@ -53,9 +54,11 @@ class InferShapeContext:
         return self._info(names[0]) if names else None
 
     def has_output(self, slot: str) -> bool:
+        """Whether output ``slot`` names a variable."""
         return bool(self.op.outputs.get(slot))
 
     def attr(self, name: str) -> Any:
+        """Attribute ``name`` of the op."""
         return self.op.attrs.get(name)
 
     def _info(self, name: str) -> VarInfo:
@@ -93,6 +96,7 @@ class InferShapeContext:
             self.fail(message)
 
     def fail(self, message: str):
+        """Raise a :class:`ShapeError` naming the op, its inputs' shapes and the user's line."""
         ins = []
         for slot, names in self.op.inputs.items():
             for n in names:
@@ -119,6 +123,7 @@ derived_rule: Callable[[InferShapeContext], None] | None = None
 
 
 def rule_of(opdef) -> Callable[[InferShapeContext], None]:
+    """The shape rule of an op definition: its own, the grad rule, or the derived one."""
     if opdef.forward_type is not None:
         return grad_rule
     if opdef.infer_shape is not None:

@@ -93,6 +93,7 @@ class Variable:
     # -- descriptions --------------------------------------------------------------------------
     @property
     def ndim(self) -> int:
+        """The rank (-1 dims count)."""
         return len(self.shape)
 
     def __repr__(self) -> str:

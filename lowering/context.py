@@ -40,16 +40,20 @@ class ComputeContext:
         self.lower_block = lower_block
 
     def input(self, slot: str):
+        """The array in input ``slot`` (None when the slot is empty)."""
         vals = self._values.get(slot)
         return vals[0] if vals else None
 
     def inputs(self, slot: str) -> list:
+        """The arrays of a duplicable input ``slot``."""
         return list(self._values.get(slot) or [])
 
     def has_input(self, slot: str) -> bool:
+        """Whether input ``slot`` holds a value."""
         return bool(self._values.get(slot))
 
     def attr(self, name: str, default: Any = None) -> Any:
+        """Attribute ``name``, the op definition's default, or ``default``."""
         if name in self._attrs:
             return self._attrs[name]
         spec = self.opdef.attrs.get(name)
@@ -65,12 +69,15 @@ class ComputeContext:
         return self._rng()
 
     def out_var(self, slot: str, index: int = 0):
+        """The program's variable for output ``slot`` (its ``index``-th)."""
         names = self._out_names.get(slot) or []
         return self.op.block.var(names[index]) if index < len(names) else None
 
     def has_output(self, slot: str) -> bool:
+        """Whether output ``slot`` names a variable."""
         return bool(self._out_names.get(slot))
 
     def out_dtype(self, slot: str = "Out", index: int = 0) -> np.dtype | None:
+        """The NumPy dtype the program declares for an output."""
         var = self.out_var(slot, index)
         return dtypes.to_numpy(var.dtype) if var is not None and var.dtype else None

@@ -26,7 +26,7 @@ from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
 from .context import make_key
 from .lod_tensor import LoDTensor
-from .lower import op_rng, run_op
+from .lower import run_ops
 from .places import Place
 from .scope import Scope, global_scope
 
@@ -215,8 +215,7 @@ class Executor:
             base_key = None
             if seed is not None:
                 base_key = jax.random.fold_in(make_key(seed[0]), seed[1])
-            for index, op in enumerate(ops):
-                run_op(op, env, op_rng(base_key, index) if base_key is not None else None)
+            run_ops(ops, env, base_key)
             return tuple(env[n] for n in written), [env[n] for n in fetch_names]
 
         return jax.jit(step, donate_argnums=(0,))

@@ -38,22 +38,28 @@ class LoDTensor:
         return self._value is not None
 
     def shape(self) -> tuple[int, ...]:
+        """The held array's shape (``()`` when empty)."""
         return tuple(np.shape(self._value)) if self._value is not None else ()
 
     @property
     def dtype(self):
+        """The held array's dtype (None when empty)."""
         return self._value.dtype if self._value is not None else None
 
     def lod(self) -> list[list[int]]:
+        """The offsets, one list per level."""
         return [list(level) for level in self._lod]
 
     def set_lod(self, lod: Sequence[Sequence[int]]) -> None:
+        """Set the offsets, one list per level (``[[0, 2, 5]]``)."""
         self._lod = [list(map(int, level)) for level in lod]
 
     def recursive_sequence_lengths(self) -> list[list[int]]:
+        """The sequence lengths of every level."""
         return [[b - a for a, b in zip(level, level[1:])] for level in self._lod]
 
     def set_recursive_sequence_lengths(self, lengths: Sequence[Sequence[int]]) -> None:
+        """Set the LoD from sequence lengths (``[[2, 3]]``)."""
         lod = []
         for level in lengths:
             offsets = [0]
@@ -63,6 +69,7 @@ class LoDTensor:
         self._lod = lod
 
     def numpy(self) -> np.ndarray:
+        """The held value as a NumPy array."""
         if self._value is None:
             raise ValueError("this LoDTensor holds no value yet")
         return np.asarray(self._value)

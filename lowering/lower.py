@@ -65,6 +65,7 @@ def op_rng(base_key: jax.Array, index: int) -> Callable[[], jax.Array]:
 
 
 def run_ops(ops: Iterable, env: MutableMapping[str, Any], rng_key: jax.Array | None = None) -> None:
+    """Evaluate ``ops`` in order on ``env``; each op gets a key folded from ``rng_key``."""
     for index, op in enumerate(ops):
         rng = op_rng(rng_key, index) if rng_key is not None else None
         run_op(op, env, rng)

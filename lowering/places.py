@@ -14,6 +14,7 @@ class Place:
         self.device_id = int(device_id)
 
     def jax_device(self) -> jax.Device:
+        """The JAX device this place names; a clear error when JAX has none."""
         try:
             devices = jax.devices(self.platform)
         except RuntimeError:
@@ -50,7 +51,3 @@ class TPUPlace(Place):
     """TPU core number ``device_id``."""
 
     platform = "tpu"
-
-
-def default_device() -> jax.Device:
-    return jax.devices()[0]

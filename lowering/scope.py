@@ -24,13 +24,16 @@ class ScopeVariable:
         self._value: Any = None
 
     def is_initialized(self) -> bool:
+        """Whether the holder holds a value yet."""
         return self._kind is not None
 
     def holds(self, kind: type) -> bool:
+        """Whether the held value is of ``kind``."""
         return self._kind is kind
 
     @property
     def kind(self) -> type | None:
+        """The kind of the held value (None when empty)."""
         return self._kind
 
     def get_mutable(self, kind: type):
@@ -94,6 +97,7 @@ class Scope:
         return None
 
     def find_local_var(self, name: str) -> ScopeVariable | None:
+        """The holder ``name`` of this scope only (no parent lookup)."""
         return self._vars.get(name)
 
     def new_scope(self) -> "Scope":
@@ -103,13 +107,16 @@ class Scope:
         return kid
 
     def drop_kids(self) -> None:
+        """Forget the child scopes."""
         self._kids.clear()
 
     def erase(self, names) -> None:
+        """Remove the holders ``names`` from this scope."""
         for n in names:
             self._vars.pop(n, None)
 
     def local_var_names(self) -> list[str]:
+        """The names held by this scope itself."""
         return list(self._vars)
 
     def __iter__(self) -> Iterator[str]:
@@ -131,6 +138,7 @@ def global_scope() -> Scope:
 
 
 def switch_scope(scope: Scope) -> Scope:
+    """Make ``scope`` the global scope; return the previous one."""
     global _global_scope
     previous, _global_scope = _global_scope, scope
     return previous

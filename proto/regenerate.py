@@ -127,6 +127,7 @@ def generate(proto_src: str = PROTO_SRC) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Regenerate (or with --check, verify) framework_pb2.py; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--out", default=DEFAULT_OUT, help=f"output path (default: {DEFAULT_OUT})"
