@@ -142,6 +142,10 @@ class Executor:
         if plan is None:
             plan = self._make_plan(program, feed_names, fetch_names)
             plan.step = self._compile(plan)
+            # A program changed since its older plans were made: they can never run again, so
+            # free their compiled code (a notebook that builds and runs in turns would pile them up).
+            for old in [k for k in self._plans if k[0] == program._uid and k[1] != program._version]:
+                del self._plans[old]
             self._plans[key] = plan
         return plan
 

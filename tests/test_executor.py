@@ -123,3 +123,28 @@ def test_runtime_failure_names_the_op_and_line():
     block.append_op("elementwise_add", {"X": x, "Y": ghost}, {"Out": out})
     with pytest.raises(fj.FeedError, match=r"'ghost'.*elementwise_add.*test_executor\.py"):
         fj.Executor().run(feed={"x": np.ones((2, 4), np.float32)}, fetch_list=[out])
+
+
+def test_changing_a_program_drops_its_stale_compiled_steps():
+    x, y = _model()
+    exe = fj.Executor()
+    exe.run(fj.default_startup_program())
+    feed = {"x": np.ones((2, 6), np.float32)}
+    exe.run(feed=feed, fetch_list=[y])
+    assert len(exe._plans) == 1
+    z = layer.relu(y)  # the program changes: a new plan, the old one goes
+    out, = exe.run(feed=feed, fetch_list=[z])
+    assert len(exe._plans) == 1 and out.shape == (2, 3) and (out >= 0).all()
+
+
+def test_lod_tensor_feeds():
+    seq = layer.data("words", input_size=4, lod_level=1)
+    h = layer.fc(seq, output_size=2)
+    assert h.lod_level == 1
+    exe = fj.Executor()
+    exe.run(fj.default_startup_program())
+    t = fj.LoDTensor()
+    t.set(np.ones((5, 4), np.float32))
+    t.set_recursive_sequence_lengths([[2, 3]])
+    out, = exe.run(feed={"words": t}, fetch_list=[h])
+    assert out.shape == (5, 2)
