@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     for images, labels in bar:
         loss, = exe.run(main_program, feed={"images": images, "label": labels}, fetch_list=[avg_cost])
         losses.append(float(loss))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
     bar.close()
     print(f"loss: first {losses[0]:.3f}, last {np.mean(losses[-10:]):.3f} (mean of the last 10)")
 
