@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from handwritten import BETA1, BETA2, EPS, LR, adam_trainer
+from sides import BETA1, BETA2, EPS, LR, adam_trainer, paddle_trainer as _paddle_step
 from timing import HEADER, compare, row
 
 SIZES = (784, 200, 10)
@@ -119,18 +119,7 @@ def paddle_trainer(sizes, params):
             h = paddle.static.nn.fc(h, width, activation="softmax" if last else "relu")
         cost = paddle.mean(paddle.nn.functional.cross_entropy(h, y, use_softmax=False, reduction="none"))
         paddle.optimizer.Adam(learning_rate=LR, beta1=BETA1, beta2=BETA2, epsilon=EPS).minimize(cost)
-    scope, place = paddle.static.Scope(), paddle.CPUPlace()
-    exe = paddle.static.Executor(place)
-    with paddle.static.scope_guard(scope):
-        exe.run(startup)
-        for name, value in params.items():
-            scope.find_var(name).get_tensor().set(value, place)
-
-    def step(x, y):
-        with paddle.static.scope_guard(scope):
-            return exe.run(main, feed={"x": x, "y": y}, fetch_list=[cost])[0]
-
-    return step
+    return _paddle_step(main, startup, params, ["x", "y"], cost)
 
 
 def time_steps(steps: int) -> None:

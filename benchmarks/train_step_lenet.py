@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from handwritten import BETA1, BETA2, EPS, LR, adam_trainer
+from sides import BETA1, BETA2, EPS, LR, adam_trainer, paddle_trainer as _paddle_step
 from timing import HEADER, compare, row
 
 CLASSES = 10
@@ -128,18 +128,7 @@ def paddle_trainer(params):
         cost = paddle.mean(F.softmax_with_cross_entropy(logits, label))
         paddle.optimizer.Adam(learning_rate=LR, beta1=BETA1, beta2=BETA2, epsilon=EPS).minimize(cost)
     assert [p.name for p in main.global_block().all_parameters()] == list(PARAM_SHAPES)
-    scope, place = paddle.static.Scope(), paddle.CPUPlace()
-    exe = paddle.static.Executor(place)
-    with paddle.static.scope_guard(scope):
-        exe.run(startup)
-        for name, value in params.items():
-            scope.find_var(name).get_tensor().set(value, place)
-
-    def step(x, y):
-        with paddle.static.scope_guard(scope):
-            return exe.run(main, feed={"img": x, "label": y}, fetch_list=[cost])[0]
-
-    return step
+    return _paddle_step(main, startup, params, ["img", "label"], cost)
 
 
 def time_lenet(batch: int = 64, steps: int = 200) -> None:

@@ -232,6 +232,17 @@ def adaptive_pool2d(input: Variable, pool_size, pool_type: str = "max", require_
 
 
 # -- normalization ----------------------------------------------------------------------------------------
+def _scale_and_bias(helper: LayerHelper, inputs: dict, param_attr, bias_attr, shape, dtype) -> dict:
+    """Add a normalization layer's ``Scale`` (Constant 1) and ``Bias`` (Constant 0) parameters to
+    ``inputs``; a ``False`` attr leaves that one out."""
+    pattr, battr = ParamAttr.to_attr(param_attr), ParamAttr.to_attr(bias_attr)
+    if pattr is not None:
+        inputs["Scale"] = helper.create_parameter(pattr, shape, dtype, default_initializer=Constant(1.0))
+    if battr is not None:
+        inputs["Bias"] = helper.create_parameter(battr, shape, dtype, is_bias=True)
+    return inputs
+
+
 def batch_norm(input: Variable, activation: Activation = None, is_test: bool = False, momentum: float = 0.9,
                epsilon: float = 1e-05, param_attr=None, bias_attr=None, data_layout: str = "NCHW",
                in_place: bool = False, name: str | None = None, moving_mean_name: str | None = None,
@@ -258,13 +269,7 @@ def batch_norm(input: Variable, activation: Activation = None, is_test: bool = F
     if c < 0:
         raise ShapeError(f"batch_norm: the channel dim of {input.name!r} {input.shape} must be known")
     dtype = _param_dtype(input)
-    inputs = {"X": input}
-    pattr = ParamAttr.to_attr(param_attr)
-    if pattr is not None:
-        inputs["Scale"] = helper.create_parameter(pattr, (c,), dtype, default_initializer=Constant(1.0))
-    battr = ParamAttr.to_attr(bias_attr)
-    if battr is not None:
-        inputs["Bias"] = helper.create_parameter(battr, (c,), dtype, is_bias=True)
+    inputs = _scale_and_bias(helper, {"X": input}, param_attr, bias_attr, (c,), dtype)
     mean = helper.create_parameter(ParamAttr(name=moving_mean_name, initializer=Constant(0.0), trainable=False),
                                    (c,), dtype)
     variance = helper.create_parameter(
@@ -336,12 +341,7 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr=
         raise ShapeError(f"op 'group_norm': {c} channels of {input.name!r} {input.shape} do not split into "
                          f"groups={groups}")
     dtype = _param_dtype(input)
-    inputs = {"X": input}
-    pattr, battr = ParamAttr.to_attr(param_attr), ParamAttr.to_attr(bias_attr)
-    if pattr is not None:
-        inputs["Scale"] = helper.create_parameter(pattr, (c,), dtype, default_initializer=Constant(1.0))
-    if battr is not None:
-        inputs["Bias"] = helper.create_parameter(battr, (c,), dtype, is_bias=True)
+    inputs = _scale_and_bias(helper, {"X": input}, param_attr, bias_attr, (c,), dtype)
     y = helper.create_tmp(input.dtype)
     mean = helper.create_tmp(dtype, stop_gradient=True)
     variance = helper.create_tmp(dtype, stop_gradient=True)
@@ -362,12 +362,7 @@ def instance_norm(input: Variable, epsilon: float = 1e-05, param_attr=None, bias
         raise ShapeError(f"instance_norm: input {input.name!r} must be [N, C, ...] with C known, got {input.shape}")
     c = input.shape[1]
     dtype = _param_dtype(input)
-    inputs = {"X": input}
-    pattr, battr = ParamAttr.to_attr(param_attr), ParamAttr.to_attr(bias_attr)
-    if pattr is not None:
-        inputs["Scale"] = helper.create_parameter(pattr, (c,), dtype, default_initializer=Constant(1.0))
-    if battr is not None:
-        inputs["Bias"] = helper.create_parameter(battr, (c,), dtype, is_bias=True)
+    inputs = _scale_and_bias(helper, {"X": input}, param_attr, bias_attr, (c,), dtype)
     y = helper.create_tmp(input.dtype)
     saved_mean = helper.create_tmp(dtype, stop_gradient=True)
     saved_variance = helper.create_tmp(dtype, stop_gradient=True)

@@ -1,8 +1,10 @@
-"""The hand-written JAX side of the training benchmarks: ``jax.value_and_grad`` plus Paddle's Adam."""
+"""The other sides of the training benchmarks: hand-written JAX (``jax.value_and_grad`` plus
+Paddle's Adam) and Paddle's static Executor."""
 
 from __future__ import annotations
 
-from typing import Callable
+import os
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -42,5 +44,25 @@ def adam_trainer(loss_fn: Callable, params: dict) -> Callable:
         nonlocal state
         state, loss = step_fn(state, x, y)
         return np.asarray(loss)
+
+    return step
+
+
+def paddle_trainer(main, startup, params: dict, feed_names: Sequence[str], cost) -> Callable:
+    """A step function ``step(*feeds) -> loss`` running Paddle's program ``main`` after ``startup``,
+    with ``params`` written over the startup program's values."""
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    import paddle
+
+    scope, place = paddle.static.Scope(), paddle.CPUPlace()
+    exe = paddle.static.Executor(place)
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        for name, value in params.items():
+            scope.find_var(name).get_tensor().set(value, place)
+
+    def step(*feeds):
+        with paddle.static.scope_guard(scope):
+            return exe.run(main, feed=dict(zip(feed_names, feeds)), fetch_list=[cost])[0]
 
     return step
