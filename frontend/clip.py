@@ -57,6 +57,18 @@ def _clippable(param: Variable, grad: Variable | None) -> bool:
     return grad is not None and getattr(param, "need_clip", True)
 
 
+def _to_clip(params_grads, kept: list):
+    """The pairs to clip; pairs whose parameter opts out (``need_clip=False``) go to ``kept`` as
+    they are, pairs without a gradient are dropped."""
+    for param, grad in params_grads:
+        if grad is None:
+            continue
+        if _clippable(param, grad):
+            yield param, grad
+        else:
+            kept.append((param, grad))
+
+
 class GradientClipBase:
     """Base class: ``clip(params_grads)`` appends ops and returns the new ``(param, grad)`` pairs."""
 
@@ -70,12 +82,7 @@ class GradientClipBase:
     def _each_grad(params_grads, op_type: str, attrs: dict):
         """Clip every clippable gradient on its own with one ``op_type`` op; keep the others."""
         out = []
-        for param, grad in params_grads:
-            if grad is None:
-                continue
-            if not _clippable(param, grad):
-                out.append((param, grad))
-                continue
+        for param, grad in _to_clip(params_grads, out):
             block = grad.block
             with optimize_guard(block, param, grad):
                 new = _tmp(block, op_type, grad.shape, grad.dtype)
@@ -153,12 +160,7 @@ class ClipGradByGlobalNorm(GradientClipBase):
             factor = block.create_var(unique_name.generate("elementwise_div"), (1,), dtype)
             block.append_op("elementwise_div", {"X": limit, "Y": larger}, {"Out": factor})
         out = []
-        for param, grad in params_grads:
-            if grad is None:
-                continue
-            if not _clippable(param, grad):
-                out.append((param, grad))
-                continue
+        for param, grad in _to_clip(params_grads, out):
             with optimize_guard(grad.block, param, grad):
                 scale = factor
                 if grad.dtype != factor.dtype:

@@ -109,6 +109,17 @@ def _add_bias(helper: LayerHelper, x: Variable, bias_attr, size: int, axis: int)
 
 
 # -- convolution ----------------------------------------------------------------------------------------
+def _check_groups(input: Variable, channels: int, groups, num_filters: int, op: str) -> int:
+    """``groups`` as an int (None is 1), once it divides the input channels and ``num_filters``."""
+    groups = 1 if groups is None else int(groups)
+    if groups <= 0 or channels % groups:
+        raise ShapeError(f"op {op!r}: input {input.name!r} has {channels} channels, which groups={groups} does "
+                         f"not divide (input shape {input.shape})")
+    if num_filters % groups:
+        raise ValueError(f"{op}: num_filters={num_filters} must be a multiple of groups={groups}")
+    return groups
+
+
 def conv2d(input: Variable, num_filters: int, filter_size, stride=1, padding=0, dilation=1, groups=None,
            param_attr=None, bias_attr=None, use_cudnn: bool = True, activation: Activation = None,
            name: str | None = None, data_format: str = "NCHW") -> Variable:
@@ -123,12 +134,7 @@ def conv2d(input: Variable, num_filters: int, filter_size, stride=1, padding=0, 
     """
     helper = LayerHelper("conv2d", name)
     c = _image_channels(input, data_format, "conv2d")
-    groups = 1 if groups is None else int(groups)
-    if groups <= 0 or c % groups:
-        raise ShapeError(f"op 'conv2d': input {input.name!r} has {c} channels, which groups={groups} does not divide "
-                         f"(input shape {input.shape})")
-    if num_filters % groups:
-        raise ValueError(f"conv2d: num_filters={num_filters} must be a multiple of groups={groups}")
+    groups = _check_groups(input, c, groups, num_filters, "conv2d")
     fh, fw = _pair(filter_size, "filter_size", "conv2d")
     paddings, algorithm = _padding(padding, data_format, "conv2d")
     std = (2.0 / (fh * fw * c)) ** 0.5
@@ -156,12 +162,7 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size=None, filter
     """
     helper = LayerHelper("conv2d_transpose", name)
     c = _image_channels(input, data_format, "conv2d_transpose")
-    groups = 1 if groups is None else int(groups)
-    if groups <= 0 or c % groups:
-        raise ShapeError(f"op 'conv2d_transpose': input {input.name!r} has {c} channels, which groups={groups} "
-                         f"does not divide (input shape {input.shape})")
-    if num_filters % groups:
-        raise ValueError(f"conv2d_transpose: num_filters={num_filters} must be a multiple of groups={groups}")
+    groups = _check_groups(input, c, groups, num_filters, "conv2d_transpose")
     strides = _pair(stride, "stride", "conv2d_transpose")
     dilations = _pair(dilation, "dilation", "conv2d_transpose")
     paddings, algorithm = _padding(padding, data_format, "conv2d_transpose")
