@@ -10,7 +10,8 @@ Paddle's wire format — lowered to ``jax.jit`` functions that run on CPU, GPU o
 from . import ir, lowering  # noqa: F401  (lowering registers the ops)
 from .frontend import ParamAttr, Variable, clip, initializer, optimizer, program_guard, regularizer
 from .frontend import layers as layer
-from .ir import (FeedError, append_backward, OpRuntimeError, Parameter, Program, ShapeError, SymbolicValueError,
+from .ir import (FeedError, FluidJaxError, IndexOutOfRangeError, NumericCheckError, ProgramFormatError,
+                 UnregisteredOpError, VariableNotFoundError, append_backward, OpRuntimeError, Parameter, Program, ShapeError, SymbolicValueError,
                  UninitializedVariableError, default_main_program, default_startup_program, infer_shapes,
                  unique_name)
 from .lowering import CPUPlace, CUDAPlace, Executor, LoDTensor, Scope, TPUPlace, global_scope
@@ -18,6 +19,8 @@ from .lowering import CPUPlace, CUDAPlace, Executor, LoDTensor, Scope, TPUPlace,
 __version__ = "0.1.0"
 
 __all__ = [
+    "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
+    "UnregisteredOpError", "VariableNotFoundError",
     "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",

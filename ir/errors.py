@@ -1,4 +1,10 @@
-"""Errors raised by fluidjax, each naming the op and where the user's code created it."""
+"""Errors raised by fluidjax, each naming the op and where the user's code created it.
+
+Every error fluidjax raises on purpose is a :class:`FluidJaxError`. Each class also subclasses
+the built-in exception that code written for Paddle (or plain Python) would catch, so
+``except KeyError`` keeps working for a missing variable and ``except ValueError`` for a bad
+feed.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,19 @@ class FluidJaxError(Exception):
     """Base class of fluidjax's errors."""
 
 
+class _PlainKeyError(KeyError):
+    """A ``KeyError`` whose text prints as written (``KeyError`` quotes its argument)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class ShapeError(FluidJaxError, ValueError):
     """An op's inputs have shapes or dtypes it cannot take; raised when the op is appended."""
 
 
 class FeedError(FluidJaxError, ValueError):
-    """A feed does not match the program's data variables; raised before anything is compiled."""
+    """A feed (or fetch) does not match the program's variables; raised before anything runs."""
 
 
 class UninitializedVariableError(FluidJaxError, RuntimeError):
@@ -25,3 +38,33 @@ class OpRuntimeError(FluidJaxError, RuntimeError):
 
 class SymbolicValueError(FluidJaxError, TypeError):
     """A symbolic Variable was used as if it held a value."""
+
+
+class ProgramFormatError(FluidJaxError, ValueError):
+    """Program bytes or a program's structure are malformed; the message says what and where
+    (block, op index, variable or field)."""
+
+
+class VariableNotFoundError(FluidJaxError, _PlainKeyError):
+    """A variable name that no block in scope declares."""
+
+
+class UnregisteredOpError(FluidJaxError, _PlainKeyError):
+    """An op type fluidjax does not implement."""
+
+
+class NumericCheckError(FluidJaxError, FloatingPointError):
+    """A run's numeric check failed (NaN/Inf under ``FLAGS_check_nan_inf``, or an index out of
+    range); the scope is left as it was before the run. ``op_type``, ``variable`` and
+    ``location`` say where."""
+
+    def __init__(self, message: str, op_type: str | None = None, variable: str | None = None,
+                 location: str | None = None) -> None:
+        super().__init__(message)
+        self.op_type = op_type
+        self.variable = variable
+        self.location = location
+
+
+class IndexOutOfRangeError(NumericCheckError, IndexError):
+    """An index-taking op (a label, an id, a gather index) got an index outside its range."""
