@@ -15,13 +15,14 @@ from .ir import (FeedError, FluidJaxError, IndexOutOfRangeError, NumericCheckErr
                  UninitializedVariableError, default_main_program, default_startup_program, infer_shapes,
                  unique_name)
 from .lowering import CPUPlace, CUDAPlace, Executor, LoDTensor, Scope, TPUPlace, global_scope
+from .lowering.flags import get_flags, set_flags
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
     "UnregisteredOpError", "VariableNotFoundError",
-    "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
+    "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",
     "program_guard", "unique_name", "optimizer", "regularizer", "clip",

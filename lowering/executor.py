@@ -14,21 +14,42 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import threading
 import weakref
 from typing import Any, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..ir import dtypes, registry
-from ..ir.errors import FeedError, UninitializedVariableError
+from ..ir.errors import (FeedError, IndexOutOfRangeError, NumericCheckError, OpRuntimeError,
+                         UninitializedVariableError)
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
+from . import flags
 from .context import make_key
+from .feeds import check_feed
 from .lod_tensor import LoDTensor
 from .lower import run_ops
 from .places import Place
 from .scope import Scope, global_scope
+from .signals import deferred_signals
+
+_COMMITTED_NOTE = ("fluidjax: the run completed and its new state was committed before this exception "
+                   "was raised")
+
+_TYPE_NAMES = {dtypes.LOD_TENSOR: "LOD_TENSOR", dtypes.SELECTED_ROWS: "SELECTED_ROWS",
+               dtypes.FEED_MINIBATCH: "FEED_MINIBATCH", dtypes.FETCH_LIST: "FETCH_LIST",
+               dtypes.STEP_SCOPES: "STEP_SCOPES", dtypes.LOD_TENSOR_ARRAY: "LOD_TENSOR_ARRAY",
+               dtypes.RAW: "RAW", dtypes.STRING: "STRING", dtypes.STRINGS: "STRINGS"}
+
+# Ops whose result over an empty batch is undefined (a mean or a statistic of nothing): a feed
+# with 0 rows is refused when the step contains one. Sums, per-row ops and losses are defined on
+# empty batches and run (they give empty or zero results).
+_UNDEFINED_ON_EMPTY = frozenset({"mean", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
+                                 "arg_max", "arg_min", "accuracy", "batch_norm", "sync_batch_norm",
+                                 "instance_norm", "group_norm", "max_pool2d_with_index"})
 
 
 def _fetch_name(item) -> str:
@@ -36,7 +57,14 @@ def _fetch_name(item) -> str:
         return item.name
     if isinstance(item, str):
         return item
-    raise TypeError(f"fetch_list items must be Variables or variable names, got {item!r}")
+    raise FeedError(f"fetch_list items must be Variables or variable names, got {item!r}")
+
+
+def _state_lock(scope: Scope) -> threading.RLock:
+    """The lock of ``scope``'s root: runs on one scope tree touch the same state, so they take turns."""
+    while scope.parent is not None:
+        scope = scope.parent
+    return scope._lock
 
 
 @dataclasses.dataclass
@@ -59,6 +87,10 @@ class _Plan:
     tensor_cache: weakref.WeakKeyDictionary = dataclasses.field(default_factory=weakref.WeakKeyDictionary)
     step: Any = None
     first_reader: dict[str, Any] = dataclasses.field(default_factory=dict)
+    has_checks: bool = False               # the step returns check flags (index or NaN/Inf checks)
+    check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
+    empty_undefined: str | None = None     # an op type that cannot take an empty batch
+    fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
 
 
 class Executor:
@@ -75,6 +107,7 @@ class Executor:
         self._plans: dict[tuple, _Plan] = {}
         self._runs: dict[int, int] = {}
         self._default_seed = secrets.randbits(31)
+        self._lock = threading.RLock()   # guards the plan cache
         self.trace_count = 0  # how many times a step function was traced (tests check caching)
 
     # -- public ---------------------------------------------------------------------------------
@@ -86,21 +119,91 @@ class Executor:
         ``feed`` maps data-variable names to arrays (or :class:`LoDTensor`); they are checked
         against the program before anything is compiled. Persistable variables are read from and
         written to ``scope`` (the global scope by default); nothing else is stored there.
+
+        A run is a transaction: it either completes and commits its new state to the scope, or
+        leaves the scope as it was. A ``KeyboardInterrupt`` (or any signal handler's exception)
+        that arrives while the step holds the state is delivered right after the state is
+        committed; such an exception carries the note ``fluidjax: the run completed ...``.
+        Runs on the same scope from several threads take turns; see ``docs/reliability.md``.
         """
-        program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
-        self._run_host_ops(plan, scope)
-        if plan.random:
-            self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
-        if self._device is not None:
-            with jax.default_device(self._device):
-                new_state, fetches = plan.step(*args)
+        program = default_main_program() if program is None else program
+        scope = global_scope() if scope is None else scope
+        committed = False
+        try:
+            with _state_lock(scope):
+                program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
+                self._run_host_ops(plan, scope)
+                with deferred_signals():
+                    fetches, failed = self._execute(program, scope, plan, args)
+                    committed = failed is None
+            if failed is not None:
+                raise failed
+            if return_numpy:
+                return [np.asarray(v) for v in fetches]
+            return list(fetches)
+        except BaseException as exc:
+            # Anything raised once the state is committed (a deferred Ctrl-C, a failing fetch
+            # conversion) says so: the run happened, only its fetches are lost.
+            if committed:
+                exc.add_note(_COMMITTED_NOTE)
+            raise
+
+    def _execute(self, program: Program, scope: Scope, plan: _Plan, args: tuple):
+        """Call the compiled step and commit its state: the window in which signals are deferred.
+
+        Returns the fetches and None, or (None, the check error) when a run-time check failed:
+        then the step has handed back the old state (selected inside the step), which is put
+        back, and nothing else is written.
+        """
+        mutable = args[0]
+        try:
+            if self._device is not None:
+                with jax.default_device(self._device):
+                    outs = plan.step(*args)
+            else:
+                outs = plan.step(*args)
+        except BaseException as exc:
+            lost = [n for n, v in zip(plan.mutable_state, mutable) if isinstance(v, jax.Array) and v.is_deleted()]
+            if lost:
+                raise OpRuntimeError(
+                    f"the run failed after its state was handed to XLA, which freed it: the scope's values "
+                    f"of {lost} are lost (reload them from a checkpoint). The failure: "
+                    f"{type(exc).__name__}: {exc}") from exc
+            raise
+        if plan.has_checks:
+            new_state, fetches, oks, values = outs
+            oks = np.asarray(oks)
+            if not oks.all():
+                failed = self._check_error(plan, oks, np.asarray(values))
+                tensors = self._written_tensors(plan, scope)
+                restored = set(plan.mutable_state)
+                for name, tensor, value in zip(plan.written_state, tensors, new_state):
+                    if name in restored:          # donated: the step selected the old value
+                        tensor._value = value
+                return None, failed
         else:
-            new_state, fetches = plan.step(*args)
+            new_state, fetches = outs
         for tensor, value in zip(self._written_tensors(plan, scope), new_state):
             tensor._value = value
-        if return_numpy:
-            return [np.asarray(v) for v in fetches]
-        return list(fetches)
+        if plan.random:
+            self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
+        return fetches, None
+
+    def _check_error(self, plan: _Plan, oks: np.ndarray, values: np.ndarray) -> NumericCheckError:
+        """The error of the first failed check, naming the op, the variable and the user's line."""
+        first = int(np.argmin(oks))
+        info = plan.check_infos[first]
+        op = info["op"]
+        where = op.location
+        if info["kind"] == "index":
+            return IndexOutOfRangeError(
+                f"op {op.type!r} created at {where}: {info['message']}: got {int(values[first])}. "
+                "The run was not applied; the scope is as before it. (Turn this check off with "
+                "fj.set_flags({'FLAGS_check_index': False}).)",
+                op_type=op.type, variable=info["variable"], location=where)
+        return NumericCheckError(
+            f"op {op.type!r} created at {where}: {info['message']} (FLAGS_check_nan_inf). The run was not "
+            "applied; the scope is as before it.", op_type=op.type, variable=info["variable"], location=where)
 
     def lower(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
               fetch_list: Sequence[Variable | str] | None = None, scope: Scope | None = None) -> jax.stages.Lowered:
@@ -117,7 +220,16 @@ class Executor:
         if not isinstance(program, Program):
             raise TypeError(f"Executor.run expects a fluidjax Program, got {type(program).__name__}")
         scope = global_scope() if scope is None else scope
+        if not isinstance(scope, Scope):
+            raise TypeError(f"Executor.run expects a fluidjax Scope, got {type(scope).__name__}")
+        if feed is not None and not isinstance(feed, Mapping):
+            raise FeedError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
         feed = dict(feed or {})
+        for name in feed:
+            if not isinstance(name, str):
+                raise FeedError(f"feed keys must be variable names (str), got {name!r}")
+        if isinstance(fetch_list, (str, Variable)):
+            fetch_list = [fetch_list]
         fetch_names = tuple(_fetch_name(f) for f in (fetch_list or []))
         plan = self._plan(program, tuple(sorted(feed)), fetch_names)
         feeds = self._check_feeds(program, plan, feed)
@@ -137,7 +249,14 @@ class Executor:
 
     # -- planning --------------------------------------------------------------------------------
     def _plan(self, program: Program, feed_names: tuple[str, ...], fetch_names: tuple[str, ...]) -> _Plan:
-        key = (program._uid, program._version, feed_names, fetch_names)
+        key = (program._uid, program._version, feed_names, fetch_names, flags.mode)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        with self._lock:
+            return self._new_plan(key, program, feed_names, fetch_names)
+
+    def _new_plan(self, key, program: Program, feed_names, fetch_names) -> _Plan:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._make_plan(program, feed_names, fetch_names)
@@ -155,9 +274,13 @@ class Executor:
             if block.find_var(name) is None:
                 raise FeedError(f"feed {name!r} is not a variable of the program; its data variables are "
                                 f"{[v.name for v in block.vars.values() if v.is_data]}")
+            var = block.find_var(name)
+            if var.type != dtypes.LOD_TENSOR or var.dtype is None:
+                raise FeedError(f"feed {name!r}: variable {name!r} is of type {_TYPE_NAMES.get(var.type, var.type)}; only "
+                                "tensor variables (LOD_TENSOR) can be fed")
         for name in fetch_names:
             if block.find_var(name) is None:
-                raise KeyError(f"fetch {name!r} is not a variable of the program")
+                raise FeedError(f"fetch {name!r} is not a variable of the program")
         feeds = set(feed_names)
 
         # Keep the ops the fetches need and every op that writes state (its effect is the point).
@@ -194,6 +317,10 @@ class Executor:
                     "no op before its reader computes it and it is not persistable"
                 raise FeedError(f"variable {name!r} has no value{where}: {hint}")
         written_set = set(written)
+        seeded = bool(program.random_seed)
+        fixed = frozenset(i for i, op in enumerate(jit_ops) if seeded and registry.get(op.type).random
+                          and any(block.var(n).persistable for n in op.output_arg_names))
+        check_nan_inf, check_index = flags.mode
         return _Plan(
             program=program, ops=jit_ops, host_ops=host_ops, feed_names=feed_names,
             fetch_names=fetch_names,
@@ -205,22 +332,48 @@ class Executor:
             first_reader=external,
             feed_dtypes={n: dtypes.to_numpy(block.var(n).dtype) for n in feed_names if block.var(n).dtype},
             feed_shapes={n: block.var(n).shape for n in feed_names},
+            has_checks=check_nan_inf or check_index,
+            empty_undefined=next((op.type for op in jit_ops if op.type in _UNDEFINED_ON_EMPTY
+                                  and not (op.type == "batch_norm" and op.attr("is_test"))), None),
+            fixed_random_ops=fixed,
         )
 
     def _compile(self, plan: _Plan):
         ops, fetch_names, written = plan.ops, plan.fetch_names, plan.written_state
-
         names = plan.const_state + plan.mutable_state + plan.feed_names
+        n_mutable = len(plan.mutable_state)
+        check_nan_inf, check_index = flags.mode
+        fixed = plan.fixed_random_ops
 
         # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
         def step(mutable, const, feeds, seed):
             self.trace_count += 1
             env: dict[str, Any] = dict(zip(names, const + mutable + feeds))
-            base_key = None
+            op_keys = None
             if seed is not None:
-                base_key = jax.random.fold_in(make_key(seed[0]), seed[1])
-            run_ops(ops, env, base_key)
-            return tuple(env[n] for n in written), [env[n] for n in fetch_names]
+                # Initializers of a seeded program draw the same numbers on every run (Paddle's
+                # meaning of a fixed seed); every other random op gets a key that moves per run.
+                fixed_key = make_key(seed[0])
+                run_key = jax.random.fold_in(fixed_key, seed[1])
+                op_keys = lambda i: fixed_key if i in fixed else run_key  # noqa: E731
+            checks = [] if plan.has_checks else None
+            run_ops(ops, env, checks=checks if check_index or check_nan_inf else None,
+                    check_nan_inf=check_nan_inf, op_keys=op_keys)
+            new_state = tuple(env[n] for n in written)
+            fetches = [env[n] for n in fetch_names]
+            if checks is None:
+                return new_state, fetches
+            plan.check_infos = [info for _, _, info in checks]
+            if not checks:
+                return new_state, fetches, jnp.ones((0,), bool), jnp.zeros((0,), jnp.int64)
+            oks = jnp.stack([ok for ok, _, _ in checks])
+            values = jnp.stack([jnp.zeros((), jnp.int64) if v is None else v for _, v, _ in checks])
+            all_ok = jnp.all(oks)
+            # A failed check hands back the old state of the donated buffers: the run did not happen.
+            old = dict(zip(plan.mutable_state, mutable[:n_mutable]))
+            new_state = tuple(_keep_old_unless(all_ok, value, old.get(name))
+                              for name, value in zip(written, new_state))
+            return new_state, fetches, oks, values
 
         return jax.jit(step, donate_argnums=(0,))
 
@@ -229,21 +382,11 @@ class Executor:
         block = program.global_block()
         out = []
         for name in plan.feed_names:
-            value = feed[name]
-            if isinstance(value, LoDTensor):
-                value = value.value()
-            if not isinstance(value, (np.ndarray, jax.Array)):
-                value = np.asarray(value)
-            shape = value.shape
-            declared = plan.feed_shapes[name]
-            if value.dtype != plan.feed_dtypes[name]:  # a NumPy dtype compare: cheap on the hot path
-                var = block.var(name)
-                raise FeedError(f"feed {name!r} has dtype {dtypes.normalize(value.dtype)}, but the variable "
-                                f"is declared {var.dtype} with shape {var.shape}; convert it "
-                                f"(x.astype({var.dtype!r}))")
-            if len(shape) != len(declared) or any(d >= 0 and d != s for d, s in zip(declared, shape)):
-                raise FeedError(f"feed {name!r} has shape {tuple(shape)}, but the variable is declared "
-                                f"{declared} (-1 takes any size)")
+            value = check_feed(name, feed[name], plan.feed_dtypes[name], plan.feed_shapes[name], block.var(name))
+            if plan.empty_undefined is not None and 0 in value.shape:
+                raise FeedError(f"feed {name!r} has shape {tuple(value.shape)}: an empty batch, and op "
+                                f"{plan.empty_undefined!r} of this program has no defined result on an "
+                                "empty batch (a mean or statistic of nothing); feed at least one row")
             if self._device is not None:
                 value = jax.device_put(value, self._device)
             out.append(value)
@@ -251,7 +394,10 @@ class Executor:
 
     def _gather(self, plan: _Plan, names: tuple[str, ...], scope: Scope) -> tuple:
         """The values of state ``names`` in ``scope``; a clear error for one that has none."""
-        cached = plan.tensor_cache.setdefault(scope, {})
+        cached = plan.tensor_cache.get(scope)
+        if cached is None:
+            with self._lock:
+                cached = plan.tensor_cache.setdefault(scope, {})
         tensors = cached.get(names)
         if tensors is not None:
             values = tuple(t._value for t in tensors)
@@ -274,7 +420,7 @@ class Executor:
 
     def _written_tensors(self, plan: _Plan, scope: Scope) -> list[LoDTensor]:
         """The tensors a run writes its new state into (created in ``scope`` on first use)."""
-        cached = plan.tensor_cache.setdefault(scope, {})
+        cached = plan.tensor_cache[scope]     # made by _gather in the same run
         tensors = cached.get("written")
         if tensors is None:
             tensors = cached["written"] = [(scope.find_var(n) or scope.var(n)).get_mutable(LoDTensor)
@@ -284,3 +430,11 @@ class Executor:
     def _run_host_ops(self, plan: _Plan, scope: Scope) -> None:
         for op in plan.host_ops:
             registry.get(op.type).compute(op, scope)
+
+
+def _keep_old_unless(ok, new, old):
+    """``new`` if ``ok`` else ``old`` (a select XLA fuses into the update that computes ``new``)."""
+    if old is None or getattr(old, "shape", None) != getattr(new, "shape", None) \
+            or getattr(old, "dtype", None) != getattr(new, "dtype", None):
+        return new
+    return jnp.where(ok, new, old)

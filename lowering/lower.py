@@ -37,13 +37,17 @@ def _values(op, env: MutableMapping[str, Any]) -> dict[str, list]:
 
 
 def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | None,
-           lower_block: Callable | None = None) -> None:
-    """Evaluate one op's JAX rule on ``env`` and write its outputs into ``env``."""
+           lower_block: Callable | None = None, checks: list | None = None, check_nan_inf: bool = False) -> None:
+    """Evaluate one op's JAX rule on ``env`` and write its outputs into ``env``.
+
+    ``checks``, when given, collects the run-time checks of the op (``ctx.check_index``) and,
+    with ``check_nan_inf``, one all-finite check per floating-point output.
+    """
     opdef = registry.get(op.type)
     compute = opdef.compute if opdef.forward_type is None else auto_grad_compute
     if compute is None:
         raise OpRuntimeError(f"op {op.type!r} has no JAX rule")
-    ctx = ComputeContext(opdef, op, _values(op, env), op.attrs, rng, lower_block=lower_block)
+    ctx = ComputeContext(opdef, op, _values(op, env), op.attrs, rng, lower_block=lower_block, checks=checks)
     try:
         outs = compute(ctx)
     except (OpRuntimeError, ShapeError):
@@ -57,6 +61,10 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         for name, v in zip(names, values):
             if v is not None and name != EMPTY_VAR_NAME:
                 env[name] = v
+                if check_nan_inf and checks is not None and _differentiable(v):
+                    checks.append((jnp.all(jnp.isfinite(v)), None, {
+                        "kind": "nan_inf", "op": op, "variable": name,
+                        "message": f"output {slot} (variable {name!r}) holds NaN or Inf"}))
 
 
 def op_rng(base_key: jax.Array, index: int) -> Callable[[], jax.Array]:
@@ -64,11 +72,15 @@ def op_rng(base_key: jax.Array, index: int) -> Callable[[], jax.Array]:
     return lambda: jax.random.fold_in(base_key, index)
 
 
-def run_ops(ops: Iterable, env: MutableMapping[str, Any], rng_key: jax.Array | None = None) -> None:
-    """Evaluate ``ops`` in order on ``env``; each op gets a key folded from ``rng_key``."""
+def run_ops(ops: Iterable, env: MutableMapping[str, Any], rng_key: jax.Array | None = None,
+            checks: list | None = None, check_nan_inf: bool = False,
+            op_keys: Callable[[int], jax.Array | None] | None = None) -> None:
+    """Evaluate ``ops`` in order on ``env``; each op gets a key folded from ``rng_key`` (or the
+    base key ``op_keys(index)`` chooses for it); ``checks`` collects run-time checks."""
     for index, op in enumerate(ops):
-        rng = op_rng(rng_key, index) if rng_key is not None else None
-        run_op(op, env, rng)
+        base = op_keys(index) if op_keys is not None else rng_key
+        rng = op_rng(base, index) if base is not None else None
+        run_op(op, env, rng, checks=checks, check_nan_inf=check_nan_inf)
 
 
 # -- the generic gradient rule -------------------------------------------------------------------

@@ -8,6 +8,7 @@ if it holds another kind.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterator
 
 from .lod_tensor import LoDTensor
@@ -78,6 +79,8 @@ class Scope:
         self.parent = parent
         self._vars: dict[str, ScopeVariable] = {}
         self._kids: list[Scope] = []
+        # Runs that use this scope tree's state take turns (the Executor takes the root's lock).
+        self._lock = threading.RLock()
 
     def var(self, name: str) -> ScopeVariable:
         """The holder ``name`` in this scope, created empty if missing here."""

@@ -66,6 +66,7 @@ def softmax_with_cross_entropy(ctx):
     if ctx.attr("soft_label"):
         loss = -jnp.sum(label * log_p, axis=axis, keepdims=True)
     else:
+        ctx.check_index("Label", label, logits.shape[axis], ignore=ctx.attr("ignore_index"))
         loss = -_pick(log_p, label, axis)
         loss = jnp.where(label == ctx.attr("ignore_index"), jnp.zeros((), loss.dtype), loss)
     return {"Softmax": softmax, "Loss": loss}
@@ -90,6 +91,7 @@ def cross_entropy2(ctx):
     """-log(X[label]) for probabilities X and hard labels; MatchX is X[label] (0 where label ==
     ``ignore_index``, whose loss is 0 too); XShape only records X's shape (it holds no data)."""
     x, label = ctx.input("X"), ctx.input("Label")
+    ctx.check_index("Label", label, x.shape[-1], ignore=ctx.attr("ignore_index"))
     ignored = label == ctx.attr("ignore_index")
     match = jnp.where(ignored, jnp.zeros((), x.dtype), _pick(x, label, -1))
     y = jnp.where(ignored, jnp.zeros((), x.dtype), -jnp.log(jnp.where(ignored, jnp.ones((), x.dtype), match)))

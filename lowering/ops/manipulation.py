@@ -753,6 +753,7 @@ def gather(ctx):
     axis = _norm_axis(ctx.attr("axis") if axis is None else axis[0], x.ndim)
     if idx.ndim == 2:
         idx = idx.reshape(-1)
+    ctx.check_index("Index", idx, x.shape[axis])
     return {"Out": jnp.take(x, idx, axis=axis, mode="clip")}
 
 
@@ -774,6 +775,8 @@ def gather_nd(ctx):
     k = idx.shape[-1]
     if k == 0:
         return {"Out": jnp.broadcast_to(x, idx.shape[:-1] + x.shape)}
+    for i in range(k):
+        ctx.check_index("Index", idx[..., i], x.shape[i])
     coords = tuple(jnp.clip(idx[..., i], 0, x.shape[i] - 1) for i in range(k))
     return {"Out": x[coords]}
 
@@ -805,6 +808,7 @@ def scatter(ctx):
     if ids.ndim == 0:
         ids, upd = ids.reshape(1), upd[None]
     ids = ids.reshape(-1)
+    ctx.check_index("Ids", ids, x.shape[0])
     if ctx.attr("overwrite"):
         return {"Out": x.at[ids].set(upd, mode="drop")}
     return {"Out": x.at[ids].set(jnp.zeros_like(upd), mode="drop").at[ids].add(upd, mode="drop")}

@@ -74,6 +74,7 @@ def cross_entropy(ctx):
     x, label = ctx.input("X"), ctx.input("Label")
     if ctx.attr("soft_label"):
         return {"Y": -jnp.sum(label * jnp.log(x), axis=-1, keepdims=True)}
+    ctx.check_index("Label", label, x.shape[-1], ignore=ctx.attr("ignore_index"))
     picked = jnp.take_along_axis(x, jnp.clip(label, 0, x.shape[-1] - 1).astype(jnp.int32), axis=-1)
     loss = -jnp.log(picked)
     return {"Y": jnp.where(label == ctx.attr("ignore_index"), jnp.zeros_like(loss), loss)}
@@ -266,7 +267,8 @@ def lookup_table(ctx):
     """Rows of W picked by Ids ([..., 1]); rows for ``padding_idx`` (-1: none) are zeros.
 
     The gradient of W is dense (``is_sparse`` is accepted but SelectedRows are not produced)."""
-    ids = ctx.input("Ids")
+    ids, w = ctx.input("Ids"), ctx.input("W")
+    ctx.check_index("Ids", ids, w.shape[0])
     return {"Out": _lookup(ctx.input("W"), ids.reshape(ids.shape[:-1]), ctx.attr("padding_idx"))}
 
 
@@ -280,6 +282,7 @@ def _lookup_table_v2_shape(ctx: InferShapeContext) -> None:
     infer_shape=_lookup_table_v2_shape, no_grad_inputs=["Ids"])
 def lookup_table_v2(ctx):
     """Rows of W picked by Ids (any shape; Out is Ids.shape + [width]); ``padding_idx`` rows are zeros."""
+    ctx.check_index("Ids", ctx.input("Ids"), ctx.input("W").shape[0])
     return {"Out": _lookup(ctx.input("W"), ctx.input("Ids"), ctx.attr("padding_idx"))}
 
 

@@ -168,8 +168,9 @@ def _one_hot_shape(ctx: InferShapeContext) -> None:
 def one_hot_v2(ctx):
     """``Out[..., k] = (X[...] == k)`` for k < ``depth``: Out has X's shape plus [depth].
 
-    An id outside [0, depth) gives a row of zeros (Paddle raises unless
-    ``allow_out_of_range``; a check on values cannot run inside ``jax.jit``).
+    An id outside [0, depth) raises :class:`~fluidjax.IndexOutOfRangeError` at run time, as
+    Paddle raises, unless ``allow_out_of_range`` (or with ``FLAGS_check_index`` off): then it
+    gives a row of zeros.
     """
     x = ctx.input("X")
     depth = ctx.attr("depth")
@@ -180,6 +181,8 @@ def one_hot_v2(ctx):
                                  "give depth as the attribute")
         depth = int(np.asarray(t).reshape(-1)[0])
     dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
+    if not ctx.attr("allow_out_of_range"):
+        ctx.check_index("X", x, depth)
     return {"Out": (x[..., None] == jnp.arange(depth, dtype=x.dtype)).astype(dtype)}
 
 

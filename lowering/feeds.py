@@ -1,0 +1,91 @@
+"""Checking and converting one feed value against its data variable (before anything compiles).
+
+Every error is a :class:`~fluidjax.FeedError` naming the variable. NumPy and JAX arrays must
+have the declared dtype (a silent cast would hide a bug in the user's pipeline). Python data —
+lists, tuples, scalars — is converted to the declared dtype, as Paddle does, when the
+conversion keeps the values: floats round to a narrower float type, integers convert to a float
+type that holds them exactly, and to an integer type only when every value is integral and in
+range. String and object data is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..ir.errors import FeedError
+from .lod_tensor import LoDTensor
+
+
+def _declared(var) -> str:
+    return f"declared {var.dtype} with shape {var.shape}"
+
+
+def _from_python(name: str, value: Any, want: np.dtype, var) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged lists, objects NumPy cannot make an array of
+        raise FeedError(f"feed {name!r}: cannot make an array of the {type(value).__name__} given "
+                        f"({type(exc).__name__}: {exc}); the variable is {_declared(var)}") from None
+    if arr.dtype == want:
+        return arr
+    _refuse_kind(name, arr, var)
+    if want.kind == "f":
+        if arr.dtype.kind in "biu":
+            out = arr.astype(want)
+            if not np.array_equal(out.astype(arr.dtype), arr):
+                raise FeedError(f"feed {name!r}: the integers given do not all fit {want} exactly; the "
+                                f"variable is {_declared(var)}")
+            return out
+        with np.errstate(over="ignore"):
+            out = arr.astype(want)
+        if not np.array_equal(np.isfinite(out), np.isfinite(arr)):
+            raise FeedError(f"feed {name!r}: values overflow {want}; the variable is {_declared(var)}")
+        return out
+    if want.kind in "iu":
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+            raise FeedError(f"feed {name!r}: the values given are not all integers, and the variable is "
+                            f"{_declared(var)}")
+        info = np.iinfo(want)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            raise FeedError(f"feed {name!r}: values outside the range of {want}; the variable is "
+                            f"{_declared(var)}")
+        return arr.astype(want)
+    if want.kind == "b":
+        if arr.dtype.kind in "iuf" and np.isin(arr, (0, 1)).all():
+            return arr.astype(bool)
+    raise FeedError(f"feed {name!r}: cannot convert {arr.dtype} data exactly to {want}; the variable is "
+                    f"{_declared(var)}")
+
+
+def _refuse_kind(name: str, arr, var) -> None:
+    kind = np.dtype(arr.dtype).kind
+    if kind in "OUSV":
+        what = {"O": "Python objects", "U": "strings", "S": "bytes", "V": "structured records"}[kind]
+        raise FeedError(f"feed {name!r} holds {what} (dtype {arr.dtype}); the variable is {_declared(var)}: "
+                        "feed numbers")
+    if kind == "c":
+        raise FeedError(f"feed {name!r} holds complex numbers; the variable is {_declared(var)}")
+
+
+def check_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...], var) -> Any:
+    """``value`` as the array to feed variable ``var`` (named ``name``), or a FeedError."""
+    if isinstance(value, LoDTensor):
+        value = value.value()
+        if value is None:
+            raise FeedError(f"feed {name!r} is an empty LoDTensor (it holds no value); the variable is "
+                            f"{_declared(var)}")
+    if isinstance(value, (np.ndarray, jax.Array)):
+        if value.dtype != want:  # a NumPy dtype compare: cheap on the hot path
+            _refuse_kind(name, value, var)
+            raise FeedError(f"feed {name!r} has dtype {value.dtype}, but the variable is {_declared(var)}; "
+                            f"convert it (x.astype({var.dtype!r}))")
+    else:
+        value = _from_python(name, value, want, var)
+    shape = value.shape
+    if len(shape) != len(declared) or any(d >= 0 and d != s for d, s in zip(declared, shape)):
+        raise FeedError(f"feed {name!r} has shape {tuple(shape)}, but the variable is declared "
+                        f"{declared} (-1 takes any size)")
+    return value
