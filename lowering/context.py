@@ -5,11 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..ir import dtypes
-from . import flags
 
 # The PRNG behind every random op. XLA's RngBitGenerator ("rbg") compiles in a fraction of the
 # time threefry takes (measured: LeNet's startup program 4.4 s -> 0.8 s on CPU); its numbers are
@@ -32,7 +30,7 @@ class ComputeContext:
 
     def __init__(self, opdef, op, values: Mapping[str, Sequence[Any]], attrs: Mapping[str, Any],
                  rng: Callable[[], jax.Array] | None = None, out_names: Mapping[str, Sequence[str]] | None = None,
-                 lower_block: Callable | None = None, checks: list | None = None) -> None:
+                 lower_block: Callable | None = None) -> None:
         self.opdef = opdef
         self.op = op
         self._values = values
@@ -40,7 +38,6 @@ class ComputeContext:
         self._rng = rng
         self._out_names = op.outputs if out_names is None else out_names
         self.lower_block = lower_block
-        self._checks = checks
 
     def input(self, slot: str):
         """The array in input ``slot`` (None when the slot is empty)."""
@@ -70,26 +67,6 @@ class ComputeContext:
         if self._rng is None:
             raise RuntimeError(f"op {self.opdef.type!r} asked for randomness outside an Executor run")
         return self._rng()
-
-    def check_index(self, slot: str, index, size, ignore: int | None = None) -> None:
-        """Record the run-time check that every value of ``index`` (from input ``slot``) lies in
-        ``[0, size)``, ``ignore`` aside: under ``FLAGS_check_index`` a run whose check fails
-        raises :class:`~fluidjax.IndexOutOfRangeError` and keeps its state. Outside an
-        Executor run (shape derivation, the forward recomputed by a grad op) it does nothing.
-        """
-        if self._checks is None or index is None or np.size(index) == 0 or not flags.mode[1]:
-            return
-        index = jnp.asarray(index)
-        valid = (index >= 0) & (index < size)
-        if ignore is not None:
-            valid = valid | (index == ignore)
-        flat = valid.reshape(-1)
-        first_bad = index.reshape(-1)[jnp.argmin(flat)].astype(jnp.int64)
-        allowed = f"[0, {size})" + (f" (or ignore_index {ignore})" if ignore is not None else "")
-        var = (self.op.inputs.get(slot) or ["?"])[0]
-        self._checks.append((jnp.all(flat), first_bad, {
-            "kind": "index", "op": self.op, "variable": var,
-            "message": f"input {slot} (variable {var!r}) holds an index outside {allowed}"}))
 
     def out_var(self, slot: str, index: int = 0):
         """The program's variable for output ``slot`` (its ``index``-th)."""

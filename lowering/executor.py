@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..ir import dtypes, registry
-from ..ir.errors import (FeedError, IndexOutOfRangeError, NumericCheckError, OpRuntimeError,
-                         UninitializedVariableError)
+from ..ir.errors import FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
 from . import flags
+from .checks import HostIndexCheck, StepChecks, fed_source, index_error, specs_of
 from .context import make_key
 from .feeds import check_feed
 from .lod_tensor import LoDTensor
@@ -87,7 +87,9 @@ class _Plan:
     tensor_cache: weakref.WeakKeyDictionary = dataclasses.field(default_factory=weakref.WeakKeyDictionary)
     step: Any = None
     first_reader: dict[str, Any] = dataclasses.field(default_factory=dict)
-    has_checks: bool = False               # the step returns check flags (index or NaN/Inf checks)
+    has_checks: bool = False               # the step returns check flags (in-step index or NaN/Inf checks)
+    host_checks: dict = dataclasses.field(default_factory=dict)   # feed name -> [HostIndexCheck]
+    host_checked: frozenset = frozenset()  # (id(op), slot, component) of the index inputs checked on the host
     check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
     empty_undefined: str | None = None     # an op type that cannot take an empty batch
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
@@ -196,11 +198,7 @@ class Executor:
         op = info["op"]
         where = op.location
         if info["kind"] == "index":
-            return IndexOutOfRangeError(
-                f"op {op.type!r} created at {where}: {info['message']}: got {int(values[first])}. "
-                "The run was not applied; the scope is as before it. (Turn this check off with "
-                "fj.set_flags({'FLAGS_check_index': False}).)",
-                op_type=op.type, variable=info["variable"], location=where)
+            return index_error(op, info["spec"], info["variable"], int(values[first]), before_run=False)
         return NumericCheckError(
             f"op {op.type!r} created at {where}: {info['message']} (FLAGS_check_nan_inf). The run was not "
             "applied; the scope is as before it.", op_type=op.type, variable=info["variable"], location=where)
@@ -321,6 +319,7 @@ class Executor:
         fixed = frozenset(i for i, op in enumerate(jit_ops) if seeded and registry.get(op.type).random
                           and any(block.var(n).persistable for n in op.output_arg_names))
         check_nan_inf, check_index = flags.mode
+        host_checks, host_checked, in_step = self._index_checks(block, jit_ops, feeds) if check_index else ({}, (), False)
         return _Plan(
             program=program, ops=jit_ops, host_ops=host_ops, feed_names=feed_names,
             fetch_names=fetch_names,
@@ -332,11 +331,36 @@ class Executor:
             first_reader=external,
             feed_dtypes={n: dtypes.to_numpy(block.var(n).dtype) for n in feed_names if block.var(n).dtype},
             feed_shapes={n: block.var(n).shape for n in feed_names},
-            has_checks=check_nan_inf or check_index,
+            has_checks=check_nan_inf or in_step,
+            host_checks=host_checks, host_checked=frozenset(host_checked),
             empty_undefined=next((op.type for op in jit_ops if op.type in _UNDEFINED_ON_EMPTY
                                   and not (op.type == "batch_norm" and op.attr("is_test"))), None),
             fixed_random_ops=fixed,
         )
+
+    @staticmethod
+    def _index_checks(block, ops, feeds):
+        """Split the index checks of ``ops``: on the host for fed indices, in the step for the rest."""
+        producers = {n: op for op in ops for n in op.output_arg_names}
+        host: dict[str, list] = {}
+        checked, in_step = [], False
+
+        def static_shape(op):
+            def shape(slot):
+                names = op.inputs.get(slot)
+                return block.var(names[0]).shape if names else None
+            return shape
+
+        for op in ops:
+            for spec in specs_of(op, static_shape(op)):
+                var = op.inputs[spec.slot][0]
+                feed = fed_source(var, feeds, producers)
+                if feed is None or spec.size < 0 or (spec.component is not None and feed != var):
+                    in_step = True
+                    continue
+                host.setdefault(feed, []).append(HostIndexCheck(feed, op, spec, var))
+                checked.append((id(op), spec.slot, spec.component))
+        return host, checked, in_step
 
     def _compile(self, plan: _Plan):
         ops, fetch_names, written = plan.ops, plan.fetch_names, plan.written_state
@@ -344,6 +368,7 @@ class Executor:
         n_mutable = len(plan.mutable_state)
         check_nan_inf, check_index = flags.mode
         fixed = plan.fixed_random_ops
+        host_checked = plan.host_checked
 
         # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
         def step(mutable, const, feeds, seed):
@@ -356,18 +381,17 @@ class Executor:
                 fixed_key = make_key(seed[0])
                 run_key = jax.random.fold_in(fixed_key, seed[1])
                 op_keys = lambda i: fixed_key if i in fixed else run_key  # noqa: E731
-            checks = [] if plan.has_checks else None
-            run_ops(ops, env, checks=checks if check_index or check_nan_inf else None,
-                    check_nan_inf=check_nan_inf, op_keys=op_keys)
+            checks = StepChecks(check_index, check_nan_inf, host_checked) if plan.has_checks else None
+            run_ops(ops, env, checks=checks, op_keys=op_keys)
             new_state = tuple(env[n] for n in written)
             fetches = [env[n] for n in fetch_names]
             if checks is None:
                 return new_state, fetches
-            plan.check_infos = [info for _, _, info in checks]
-            if not checks:
+            plan.check_infos = [info for _, _, info in checks.items]
+            if not checks.items:
                 return new_state, fetches, jnp.ones((0,), bool), jnp.zeros((0,), jnp.int64)
-            oks = jnp.stack([ok for ok, _, _ in checks])
-            values = jnp.stack([jnp.zeros((), jnp.int64) if v is None else v for _, v, _ in checks])
+            oks = jnp.stack([ok for ok, _, _ in checks.items])
+            values = jnp.stack([jnp.zeros((), jnp.int64) if v is None else v for _, v, _ in checks.items])
             all_ok = jnp.all(oks)
             # A failed check hands back the old state of the donated buffers: the run did not happen.
             old = dict(zip(plan.mutable_state, mutable[:n_mutable]))
@@ -383,6 +407,8 @@ class Executor:
         out = []
         for name in plan.feed_names:
             value = check_feed(name, feed[name], plan.feed_dtypes[name], plan.feed_shapes[name], block.var(name))
+            for check in plan.host_checks.get(name, ()):
+                check(value)
             if plan.empty_undefined is not None and 0 in value.shape:
                 raise FeedError(f"feed {name!r} has shape {tuple(value.shape)}: an empty batch, and op "
                                 f"{plan.empty_undefined!r} of this program has no defined result on an "

@@ -19,6 +19,7 @@ import numpy as np
 from ..ir import callstack, dtypes, registry, shape
 from ..ir.errors import OpRuntimeError, ShapeError
 from ..ir.program import EMPTY_VAR_NAME
+from .checks import StepChecks
 from .context import ComputeContext, make_key
 
 GRAD_SUFFIX = "@GRAD"
@@ -37,17 +38,20 @@ def _values(op, env: MutableMapping[str, Any]) -> dict[str, list]:
 
 
 def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | None,
-           lower_block: Callable | None = None, checks: list | None = None, check_nan_inf: bool = False) -> None:
+           lower_block: Callable | None = None, checks: StepChecks | None = None) -> None:
     """Evaluate one op's JAX rule on ``env`` and write its outputs into ``env``.
 
-    ``checks``, when given, collects the run-time checks of the op (``ctx.check_index``) and,
-    with ``check_nan_inf``, one all-finite check per floating-point output.
+    ``checks``, when given, collects the op's run-time checks: its index inputs in range and,
+    under ``FLAGS_check_nan_inf``, every floating-point output finite.
     """
     opdef = registry.get(op.type)
     compute = opdef.compute if opdef.forward_type is None else auto_grad_compute
     if compute is None:
         raise OpRuntimeError(f"op {op.type!r} has no JAX rule")
-    ctx = ComputeContext(opdef, op, _values(op, env), op.attrs, rng, lower_block=lower_block, checks=checks)
+    values = _values(op, env)
+    if checks is not None:
+        checks.check_indices(op, values)
+    ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block)
     try:
         outs = compute(ctx)
     except (OpRuntimeError, ShapeError):
@@ -61,10 +65,8 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         for name, v in zip(names, values):
             if v is not None and name != EMPTY_VAR_NAME:
                 env[name] = v
-                if check_nan_inf and checks is not None and _differentiable(v):
-                    checks.append((jnp.all(jnp.isfinite(v)), None, {
-                        "kind": "nan_inf", "op": op, "variable": name,
-                        "message": f"output {slot} (variable {name!r}) holds NaN or Inf"}))
+                if checks is not None and checks.nan_inf and _differentiable(v):
+                    checks.check_finite(op, slot, name, v)
 
 
 def op_rng(base_key: jax.Array, index: int) -> Callable[[], jax.Array]:
@@ -73,14 +75,13 @@ def op_rng(base_key: jax.Array, index: int) -> Callable[[], jax.Array]:
 
 
 def run_ops(ops: Iterable, env: MutableMapping[str, Any], rng_key: jax.Array | None = None,
-            checks: list | None = None, check_nan_inf: bool = False,
-            op_keys: Callable[[int], jax.Array | None] | None = None) -> None:
+            checks: StepChecks | None = None, op_keys: Callable[[int], jax.Array | None] | None = None) -> None:
     """Evaluate ``ops`` in order on ``env``; each op gets a key folded from ``rng_key`` (or the
     base key ``op_keys(index)`` chooses for it); ``checks`` collects run-time checks."""
     for index, op in enumerate(ops):
         base = op_keys(index) if op_keys is not None else rng_key
         rng = op_rng(base, index) if base is not None else None
-        run_op(op, env, rng, checks=checks, check_nan_inf=check_nan_inf)
+        run_op(op, env, rng, checks=checks)
 
 
 # -- the generic gradient rule -------------------------------------------------------------------

@@ -456,3 +456,23 @@ def test_dropout_masks_move_per_run_and_repeat_in_a_fresh_executor():
     again = fj.Executor()
     np.testing.assert_array_equal(again.run(main, feed=feed, fetch_list=[y])[0], first)
     np.testing.assert_array_equal(again.run(main, feed=feed, fetch_list=[y])[0], second)
+
+
+def test_computed_indices_are_checked_inside_the_step_and_keep_the_state():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        ids = layer.data("ids", dims=1, dtype="int64")
+        shift = layer.data("shift", dims=1, dtype="int64")
+        emb = layer.embedding(layer.elementwise_add(ids, shift), size=[5, 3])   # computed ids
+        cost = layer.mean(emb)
+        fj.optimizer.SGD(0.5).minimize(cost)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"ids": np.array([[0], [1]]), "shift": np.array([[1], [3]])}
+    exe.run(main, feed=feed, fetch_list=[cost], scope=scope)
+    before = _state(main, scope)
+    feed["shift"][1, 0] = 4                                  # 1 + 4 = 5 is outside [0, 5)
+    with pytest.raises(fj.IndexOutOfRangeError, match="got 5. The run was not applied") as info:
+        exe.run(main, feed=feed, fetch_list=[cost], scope=scope)
+    assert info.value.op_type.startswith("lookup_table")
+    _assert_same_state(before, _state(main, scope))           # the step handed back the old table

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
+from ..checks import IndexInput, index_inputs
 from ._shapes import dims_equal
 
 _INT_LABELS = ("int64", "int32")
@@ -66,10 +67,17 @@ def softmax_with_cross_entropy(ctx):
     if ctx.attr("soft_label"):
         loss = -jnp.sum(label * log_p, axis=axis, keepdims=True)
     else:
-        ctx.check_index("Label", label, logits.shape[axis], ignore=ctx.attr("ignore_index"))
         loss = -_pick(log_p, label, axis)
         loss = jnp.where(label == ctx.attr("ignore_index"), jnp.zeros((), loss.dtype), loss)
     return {"Softmax": softmax, "Loss": loss}
+
+
+@index_inputs("softmax_with_cross_entropy")
+def _swce_indices(attr, shape):
+    if attr("soft_label"):
+        return []
+    logits = shape("Logits")
+    return [IndexInput("Label", logits[attr("axis") % len(logits)], attr("ignore_index"))]
 
 
 # -- cross_entropy2 -----------------------------------------------------------------------------------
@@ -91,11 +99,15 @@ def cross_entropy2(ctx):
     """-log(X[label]) for probabilities X and hard labels; MatchX is X[label] (0 where label ==
     ``ignore_index``, whose loss is 0 too); XShape only records X's shape (it holds no data)."""
     x, label = ctx.input("X"), ctx.input("Label")
-    ctx.check_index("Label", label, x.shape[-1], ignore=ctx.attr("ignore_index"))
     ignored = label == ctx.attr("ignore_index")
     match = jnp.where(ignored, jnp.zeros((), x.dtype), _pick(x, label, -1))
     y = jnp.where(ignored, jnp.zeros((), x.dtype), -jnp.log(jnp.where(ignored, jnp.ones((), x.dtype), match)))
     return {"Y": y, "MatchX": match, "XShape": jnp.zeros(tuple(x.shape) + (0,), x.dtype)}
+
+
+@index_inputs("cross_entropy2")
+def _cross_entropy2_indices(attr, shape):
+    return [IndexInput("Label", shape("X")[-1], attr("ignore_index"))]
 
 
 # -- huber_loss ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import numpy as np
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
+from ..checks import IndexInput, index_inputs
 from ._shapes import dims_equal, prod
 
 XSHAPE = ["XShape"]
@@ -753,8 +754,16 @@ def gather(ctx):
     axis = _norm_axis(ctx.attr("axis") if axis is None else axis[0], x.ndim)
     if idx.ndim == 2:
         idx = idx.reshape(-1)
-    ctx.check_index("Index", idx, x.shape[axis])
     return {"Out": jnp.take(x, idx, axis=axis, mode="clip")}
+
+
+@index_inputs("gather")
+def _gather_indices(attr, shape):
+    x = shape("X")
+    axis = attr("axis")
+    axis = axis + len(x) if axis < 0 else axis
+    # An axis given as a tensor (the Axis input) is not known here: no check (documented).
+    return [IndexInput("Index", x[axis])] if 0 <= axis < len(x) else []
 
 
 def _gather_nd_shape(ctx: InferShapeContext) -> None:
@@ -775,10 +784,16 @@ def gather_nd(ctx):
     k = idx.shape[-1]
     if k == 0:
         return {"Out": jnp.broadcast_to(x, idx.shape[:-1] + x.shape)}
-    for i in range(k):
-        ctx.check_index("Index", idx[..., i], x.shape[i])
     coords = tuple(jnp.clip(idx[..., i], 0, x.shape[i] - 1) for i in range(k))
     return {"Out": x[coords]}
+
+
+@index_inputs("gather_nd")
+def _gather_nd_indices(attr, shape):
+    x, k = shape("X"), shape("Index")[-1]
+    if k < 0:
+        return [IndexInput("Index", -1)]       # unknown until run time: checked in the step
+    return [IndexInput("Index", x[i], component=i) for i in range(min(k, len(x)))]
 
 
 def _scatter_shape(ctx: InferShapeContext) -> None:
@@ -808,10 +823,14 @@ def scatter(ctx):
     if ids.ndim == 0:
         ids, upd = ids.reshape(1), upd[None]
     ids = ids.reshape(-1)
-    ctx.check_index("Ids", ids, x.shape[0])
     if ctx.attr("overwrite"):
         return {"Out": x.at[ids].set(upd, mode="drop")}
     return {"Out": x.at[ids].set(jnp.zeros_like(upd), mode="drop").at[ids].add(upd, mode="drop")}
+
+
+@index_inputs("scatter")
+def _scatter_indices(attr, shape):
+    return [IndexInput("Ids", shape("X")[0])]
 
 
 # -- pad3d -------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import numpy as np
 
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
+from ..checks import IndexInput, index_inputs
 from ..context import make_key
 from ._shapes import dims_equal, prod
 
@@ -74,10 +75,14 @@ def cross_entropy(ctx):
     x, label = ctx.input("X"), ctx.input("Label")
     if ctx.attr("soft_label"):
         return {"Y": -jnp.sum(label * jnp.log(x), axis=-1, keepdims=True)}
-    ctx.check_index("Label", label, x.shape[-1], ignore=ctx.attr("ignore_index"))
     picked = jnp.take_along_axis(x, jnp.clip(label, 0, x.shape[-1] - 1).astype(jnp.int32), axis=-1)
     loss = -jnp.log(picked)
     return {"Y": jnp.where(label == ctx.attr("ignore_index"), jnp.zeros_like(loss), loss)}
+
+
+@index_inputs("cross_entropy")
+def _cross_entropy_indices(attr, shape):
+    return [] if attr("soft_label") else [IndexInput("Label", shape("X")[-1], attr("ignore_index"))]
 
 
 # -- matrix products ------------------------------------------------------------------------------
@@ -267,8 +272,7 @@ def lookup_table(ctx):
     """Rows of W picked by Ids ([..., 1]); rows for ``padding_idx`` (-1: none) are zeros.
 
     The gradient of W is dense (``is_sparse`` is accepted but SelectedRows are not produced)."""
-    ids, w = ctx.input("Ids"), ctx.input("W")
-    ctx.check_index("Ids", ids, w.shape[0])
+    ids = ctx.input("Ids")
     return {"Out": _lookup(ctx.input("W"), ids.reshape(ids.shape[:-1]), ctx.attr("padding_idx"))}
 
 
@@ -282,8 +286,13 @@ def _lookup_table_v2_shape(ctx: InferShapeContext) -> None:
     infer_shape=_lookup_table_v2_shape, no_grad_inputs=["Ids"])
 def lookup_table_v2(ctx):
     """Rows of W picked by Ids (any shape; Out is Ids.shape + [width]); ``padding_idx`` rows are zeros."""
-    ctx.check_index("Ids", ctx.input("Ids"), ctx.input("W").shape[0])
     return {"Out": _lookup(ctx.input("W"), ctx.input("Ids"), ctx.attr("padding_idx"))}
+
+
+@index_inputs("lookup_table")
+@index_inputs("lookup_table_v2")
+def _lookup_indices(attr, shape):
+    return [IndexInput("Ids", shape("W")[0])]
 
 
 # -- prelu, cos_sim ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from ...ir import dtypes
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
+from ..checks import IndexInput, index_inputs
 
 
 def _fill_shape(ctx: InferShapeContext) -> None:
@@ -181,9 +182,14 @@ def one_hot_v2(ctx):
                                  "give depth as the attribute")
         depth = int(np.asarray(t).reshape(-1)[0])
     dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
-    if not ctx.attr("allow_out_of_range"):
-        ctx.check_index("X", x, depth)
     return {"Out": (x[..., None] == jnp.arange(depth, dtype=x.dtype)).astype(dtype)}
+
+
+@index_inputs("one_hot_v2")
+def _one_hot_indices(attr, shape):
+    if attr("allow_out_of_range") or shape("depth_tensor") is not None:
+        return []
+    return [IndexInput("X", attr("depth"))]
 
 
 # -- fill_constant_batch_size_like / fill_any_like ----------------------------------------------------

@@ -1,0 +1,165 @@
+"""Run-time checks: indices in range (``FLAGS_check_index``) and NaN/Inf (``FLAGS_check_nan_inf``).
+
+An index-taking op declares its index inputs once, next to its JAX rule::
+
+    @index_inputs("lookup_table_v2")
+    def _(attr, shape):
+        return [IndexInput("Ids", shape("W")[0])]
+
+Both kinds of check use that declaration:
+
+- **on the host, before the step runs**, for indices fed by the user (directly, or through
+  reshapes): a NumPy min/max of the fed array. Nothing runs on the device and nothing is
+  changed when it fails. This is the common case (labels, word ids) and costs a few
+  microseconds a run.
+- **inside the step** for indices the program computes: one ``all`` per index input, returned
+  with the step's outputs; every donated state buffer then leaves the step as
+  ``where(all_ok, new, old)``, so a failed run hands back the old state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..ir import registry
+from ..ir.errors import IndexOutOfRangeError
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexInput:
+    """Input ``slot`` holds indices into ``[0, size)``; ``ignore`` (a label to skip) is allowed too.
+    ``component``: only ``values[..., component]`` (gather_nd's per-dimension coordinates)."""
+
+    slot: str
+    size: int
+    ignore: int | None = None
+    component: int | None = None
+
+
+# op type -> fn(attr, shape) -> [IndexInput]; ``attr(name)`` gives an attribute (or its
+# default), ``shape(slot)`` the shape of the slot's first input (-1 for an unknown dim at plan time).
+INDEX_SPECS: dict[str, Callable] = {}
+
+
+def index_inputs(op_type: str):
+    """Declare which inputs of ``op_type`` hold indices, and their ranges."""
+    def register(fn):
+        INDEX_SPECS[op_type] = fn
+        return fn
+    return register
+
+
+def specs_of(op, shape: Callable[[str], Sequence[int]]) -> list[IndexInput]:
+    """The index inputs of ``op`` (empty for an op that takes none)."""
+    fn = INDEX_SPECS.get(op.type)
+    if fn is None:
+        return []
+    opdef = registry.get(op.type)
+
+    def attr(name):
+        if name in op.attrs:
+            return op.attrs[name]
+        spec = opdef.attrs.get(name)
+        return spec.default if spec is not None else None
+
+    return [s for s in fn(attr, shape) if op.inputs.get(s.slot)]
+
+
+def _allowed(spec: IndexInput) -> str:
+    return f"[0, {spec.size})" + (f" (or ignore_index {spec.ignore})" if spec.ignore is not None else "")
+
+
+def index_error(op, spec: IndexInput, variable: str, value: int, before_run: bool) -> IndexOutOfRangeError:
+    """The error for an index outside its range, naming the op, the variable and the user's line."""
+    where = op.location
+    what = f"input {spec.slot}" + (f" (coordinate {spec.component})" if spec.component is not None else "")
+    state = ("Nothing ran" if before_run else "The run was not applied") + "; the scope is as before it."
+    return IndexOutOfRangeError(
+        f"op {op.type!r} created at {where}: {what} (variable {variable!r}) holds an index outside "
+        f"{_allowed(spec)}: got {value}. {state} (Turn this check off with "
+        "fj.set_flags({'FLAGS_check_index': False}).)",
+        op_type=op.type, variable=variable, location=where)
+
+
+@dataclasses.dataclass
+class HostIndexCheck:
+    """An index check done on a fed array before the step runs."""
+
+    feed: str
+    op: object
+    spec: IndexInput
+    variable: str
+
+    def __call__(self, value) -> None:
+        arr = np.asarray(value)
+        if self.spec.component is not None:
+            arr = arr[..., self.spec.component]
+        if arr.size == 0:
+            return
+        lo, hi = arr.min(), arr.max()
+        if lo >= 0 and hi < self.spec.size:
+            return
+        bad = (arr < 0) | (arr >= self.spec.size)
+        if self.spec.ignore is not None:
+            bad &= arr != self.spec.ignore
+        if bad.any():
+            raise index_error(self.op, self.spec, self.variable, int(arr[bad].reshape(-1)[0]), before_run=True)
+
+
+class StepChecks:
+    """The checks collected while a step is traced (``run_op`` adds to it)."""
+
+    def __init__(self, index: bool, nan_inf: bool, host_checked: frozenset = frozenset()) -> None:
+        self.index = index
+        self.nan_inf = nan_inf
+        self.host_checked = host_checked      # (id(op), slot, component) checked on the host
+        self.items: list[tuple] = []          # (ok, offending value or None, info)
+
+    def check_indices(self, op, values: dict) -> None:
+        """In-step checks of ``op``'s index inputs that the host did not check already."""
+        if not self.index or op.type not in INDEX_SPECS:
+            return
+        for spec in specs_of(op, lambda slot: getattr((values.get(slot) or [None])[0], "shape", None)):
+            if (id(op), spec.slot, spec.component) in self.host_checked:
+                continue
+            index = values[spec.slot][0]
+            if index is None or np.size(index) == 0:
+                continue
+            index = jnp.asarray(index)
+            if spec.component is not None:
+                index = index[..., spec.component]
+            valid = (index >= 0) & (index < spec.size)
+            if spec.ignore is not None:
+                valid = valid | (index == spec.ignore)
+            flat = valid.reshape(-1)
+            first_bad = index.reshape(-1)[jnp.argmin(flat)].astype(jnp.int64)
+            self.items.append((jnp.all(flat), first_bad, {"kind": "index", "op": op, "spec": spec,
+                                                          "variable": op.inputs[spec.slot][0]}))
+
+    def check_finite(self, op, slot: str, name: str, value) -> None:
+        """Under ``FLAGS_check_nan_inf``: ``value`` (output ``slot`` of ``op``) holds no NaN or Inf."""
+        self.items.append((jnp.all(jnp.isfinite(value)), None, {
+            "kind": "nan_inf", "op": op, "variable": name,
+            "message": f"output {slot} (variable {name!r}) holds NaN or Inf"}))
+
+
+# Ops that pass their input's values through unchanged (only the shape or layout changes):
+# an index fed through them is still checked on the host.
+_VALUE_PRESERVING = frozenset({"reshape2", "reshape", "squeeze2", "squeeze", "unsqueeze2", "unsqueeze",
+                               "flatten_contiguous_range", "flatten2", "flatten", "assign", "transpose2"})
+
+
+def fed_source(name: str, feeds: set, producers: dict) -> str | None:
+    """The feed whose values variable ``name`` holds unchanged, if any."""
+    for _ in range(64):
+        if name in feeds:
+            return name
+        op = producers.get(name)
+        if op is None or op.type not in _VALUE_PRESERVING or len(op.input("X")) != 1:
+            return None
+        name = op.input("X")[0]
+    return None
