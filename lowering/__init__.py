@@ -8,6 +8,8 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from . import compile_cache  # noqa: E402,F401  (the persistent compilation cache, on by default)
+
 from . import ops  # noqa: E402,F401  (registers every op)
 from .executor import Executor  # noqa: E402
 from .lod_tensor import LoDTensor  # noqa: E402

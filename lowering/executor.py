@@ -26,7 +26,7 @@ from ..ir import dtypes, registry
 from ..ir.errors import FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
-from . import flags
+from . import flags, host_init
 from .checks import HostIndexCheck, StepChecks, fed_source, index_error, specs_of
 from .context import make_key
 from .feeds import check_feed
@@ -93,6 +93,7 @@ class _Plan:
     check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
     empty_undefined: str | None = None     # an op type that cannot take an empty batch
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
+    on_host: bool = False                  # a startup program run with NumPy (see host_init.py)
 
 
 class Executor:
@@ -135,8 +136,13 @@ class Executor:
             with _state_lock(scope):
                 program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
                 self._run_host_ops(plan, scope)
+                if plan.on_host:
+                    values = self._host_values(program, plan, args[3])
                 with deferred_signals():
-                    fetches, failed = self._execute(program, scope, plan, args)
+                    if plan.on_host:
+                        fetches, failed = self._commit_host(program, scope, plan, values)
+                    else:
+                        fetches, failed = self._execute(program, scope, plan, args)
                     committed = failed is None
             if failed is not None:
                 raise failed
@@ -190,6 +196,27 @@ class Executor:
         if plan.random:
             self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
         return fetches, None
+
+    def _host_values(self, program: Program, plan: _Plan, seed) -> list:
+        """A startup program's values, drawn with NumPy and put on the device in one transfer."""
+        if seed is None:
+            entropy_of = lambda i: (0, i)  # noqa: E731  (no random op: constants only)
+        elif program.random_seed:
+            entropy_of = lambda i: (int(seed[0]), i)  # noqa: E731
+        else:
+            entropy_of = lambda i: (int(seed[0]), int(seed[1]), i)  # noqa: E731
+        computed = host_init.run(plan.ops, entropy_of)
+        names = list(dict.fromkeys(plan.written_state + plan.fetch_names))
+        arrays = [computed[n] for n in names]
+        device = self._device or jax.devices()[0]
+        return dict(zip(names, jax.device_put(arrays, device)))
+
+    def _commit_host(self, program: Program, scope: Scope, plan: _Plan, values: dict):
+        for tensor, name in zip(self._written_tensors(plan, scope), plan.written_state):
+            tensor._value = values[name]
+        if plan.random:
+            self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
+        return [values[n] for n in plan.fetch_names], None
 
     def _check_error(self, plan: _Plan, oks: np.ndarray, values: np.ndarray) -> NumericCheckError:
         """The error of the first failed check, naming the op, the variable and the user's line."""
@@ -336,6 +363,7 @@ class Executor:
             empty_undefined=next((op.type for op in jit_ops if op.type in _UNDEFINED_ON_EMPTY
                                   and not (op.type == "batch_norm" and op.attr("is_test"))), None),
             fixed_random_ops=fixed,
+            on_host=not feed_names and not external and host_init.can_run(jit_ops),
         )
 
     @staticmethod

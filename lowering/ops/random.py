@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ...ir import dtypes
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
+from ..host_init import float_kind, host_rule
 
 
 def _random_shape(ctx: InferShapeContext) -> None:
@@ -35,6 +37,18 @@ def uniform_random(ctx):
     return {"Out": out}
 
 
+@host_rule("uniform_random")
+def _uniform_random_host(ctx):
+    dtype = ctx.dtype()
+    lo, hi = ctx.attr("min"), ctx.attr("max")
+    out = ctx.rng().random(ctx.shape(), float_kind(dtype))
+    out = (out * (hi - lo) + lo).astype(dtype)
+    n, step, val = ctx.attr("diag_num"), ctx.attr("diag_step"), ctx.attr("diag_val")
+    if n > 0:
+        out.reshape(-1)[np.arange(n) * (step + 1)] = val
+    return out
+
+
 @op("gaussian_random", inputs="ShapeTensor? ShapeTensorList*?", outputs="Out",
     attrs={"shape": Attr("longs", []), "mean": 0.0, "std": 1.0, "seed": 0, "dtype": 5},
     infer_shape=_random_shape, random=True)
@@ -44,6 +58,13 @@ def gaussian_random(ctx):
     return {"Out": z * ctx.attr("std") + ctx.attr("mean")}
 
 
+@host_rule("gaussian_random")
+def _gaussian_random_host(ctx):
+    dtype = ctx.dtype()
+    z = ctx.rng().standard_normal(ctx.shape(), float_kind(dtype))
+    return (z * ctx.attr("std") + ctx.attr("mean")).astype(dtype)
+
+
 @op("truncated_gaussian_random", inputs="", outputs="Out",
     attrs={"shape": Attr("ints", []), "mean": 0.0, "std": 1.0, "seed": 0, "dtype": 5},
     infer_shape=_random_shape, random=True)
@@ -51,6 +72,17 @@ def truncated_gaussian_random(ctx):
     """Normal numbers with ``mean`` and ``std``, redrawn outside two standard deviations."""
     z = jax.random.truncated_normal(ctx.rng(), -2.0, 2.0, tuple(ctx.attr("shape")), _dtype(ctx))
     return {"Out": z * ctx.attr("std") + ctx.attr("mean")}
+
+
+@host_rule("truncated_gaussian_random")
+def _truncated_gaussian_random_host(ctx):
+    dtype, rng = ctx.dtype(), ctx.rng()
+    z = rng.standard_normal(ctx.shape(), float_kind(dtype))
+    outside = np.abs(z) > 2.0
+    while outside.any():                      # redraw until every value lies within two std devs
+        z[outside] = rng.standard_normal(int(outside.sum()), float_kind(dtype))
+        outside = np.abs(z) > 2.0
+    return (z * ctx.attr("std") + ctx.attr("mean")).astype(dtype)
 
 
 def _randint_shape(ctx: InferShapeContext) -> None:
@@ -68,3 +100,8 @@ def randint(ctx):
     """Integers drawn uniformly from [low, high) (``dtype`` int32 or int64)."""
     low, high = ctx.attr("low"), ctx.attr("high")
     return {"Out": jax.random.randint(ctx.rng(), tuple(ctx.attr("shape")), low, high, _dtype(ctx))}
+
+
+@host_rule("randint")
+def _randint_host(ctx):
+    return ctx.rng().integers(ctx.attr("low"), ctx.attr("high"), ctx.shape(), dtype=ctx.dtype())

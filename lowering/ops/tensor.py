@@ -11,6 +11,7 @@ from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
 from ..checks import IndexInput, index_inputs
+from ..host_init import host_rule
 
 
 def _fill_shape(ctx: InferShapeContext) -> None:
@@ -31,6 +32,15 @@ def fill_constant(ctx):
     if ctx.input("ValueTensor") is not None:
         value = ctx.input("ValueTensor").reshape(())
     return {"Out": jnp.full(tuple(ctx.attr("shape")), value, dtype)}
+
+
+@host_rule("fill_constant")
+def _fill_constant_host(ctx):
+    dtype = ctx.dtype()
+    text, value = ctx.attr("str_value"), ctx.attr("value")
+    if text:
+        value = int(text) if np.issubdtype(dtype, np.integer) else float(text)
+    return np.full(ctx.shape(), value, dtype)
 
 
 def _pad_shape(ctx: InferShapeContext) -> None:
