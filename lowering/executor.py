@@ -90,6 +90,8 @@ class _Plan:
     has_checks: bool = False               # the step returns check flags (in-step index or NaN/Inf checks)
     host_checks: dict = dataclasses.field(default_factory=dict)   # feed name -> [HostIndexCheck]
     host_checked: frozenset = frozenset()  # (id(op), slot, component) of the index inputs checked on the host
+    feed_specs: tuple = ()                 # (name, dtype, declared shape, variable, host checks) per feed
+    last_scope: tuple | None = None        # (weakref to the last scope, its tensor cache)
     check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
     empty_undefined: str | None = None     # an op type that cannot take an empty batch
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
@@ -111,6 +113,8 @@ class Executor:
         self._runs: dict[int, int] = {}
         self._default_seed = secrets.randbits(31)
         self._lock = threading.RLock()   # guards the plan cache
+        # (program, version, feed names as given, fetch names, flags) -> plan: the per-call lookup.
+        self._calls: dict[tuple, _Plan] = {}
         self.trace_count = 0  # how many times a step function was traced (tests check caching)
 
     # -- public ---------------------------------------------------------------------------------
@@ -131,6 +135,8 @@ class Executor:
         """
         program = default_main_program() if program is None else program
         scope = global_scope() if scope is None else scope
+        if scope.__class__ is not Scope and not isinstance(scope, Scope):
+            raise TypeError(f"Executor.run expects a fluidjax Scope, got {type(scope).__name__}")
         committed = False
         try:
             with _state_lock(scope):
@@ -242,22 +248,28 @@ class Executor:
     def _prepare(self, program, feed, fetch_list, scope):
         """Check the feeds, find the plan and gather its state: everything a run needs first."""
         program = default_main_program() if program is None else program
-        if not isinstance(program, Program):
-            raise TypeError(f"Executor.run expects a fluidjax Program, got {type(program).__name__}")
         scope = global_scope() if scope is None else scope
-        if not isinstance(scope, Scope):
-            raise TypeError(f"Executor.run expects a fluidjax Scope, got {type(scope).__name__}")
-        if feed is not None and not isinstance(feed, Mapping):
-            raise FeedError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
-        feed = dict(feed or {})
-        for name in feed:
-            if not isinstance(name, str):
-                raise FeedError(f"feed keys must be variable names (str), got {name!r}")
-        if isinstance(fetch_list, (str, Variable)):
-            fetch_list = [fetch_list]
-        fetch_names = tuple(_fetch_name(f) for f in (fetch_list or []))
-        plan = self._plan(program, tuple(sorted(feed)), fetch_names)
-        feeds = self._check_feeds(program, plan, feed)
+        if feed is None:
+            feed = {}
+        elif feed.__class__ is not dict:
+            if not isinstance(feed, Mapping):
+                raise FeedError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
+            feed = dict(feed)
+        if fetch_list is None:
+            fetch_names = ()
+        elif isinstance(fetch_list, (str, Variable)):
+            fetch_names = (_fetch_name(fetch_list),)
+        else:
+            fetch_names = tuple(f if f.__class__ is str else _fetch_name(f) for f in fetch_list)
+        # The hot path: one dict lookup finds the plan of a call seen before (same program version,
+        # feed names in the same order, fetches and flags).
+        try:
+            plan = self._calls.get((program, program._version, tuple(feed), fetch_names, flags.mode))
+        except AttributeError:
+            raise TypeError(f"Executor.run expects a fluidjax Program, got {type(program).__name__}") from None
+        if plan is None:
+            plan = self._slow_plan(program, feed, fetch_names)
+        feeds = self._check_feeds(plan, feed)
         for hook in program.run_hooks:
             hook(scope)
         mutable = self._gather(plan, plan.mutable_state, scope)
@@ -268,9 +280,24 @@ class Executor:
             seed = np.array([program.random_seed or self._default_seed, count], np.uint32)
         return program, scope, plan, (mutable, const, feeds, seed)
 
+    def _slow_plan(self, program, feed: dict, fetch_names: tuple) -> _Plan:
+        """The plan of a call not seen before, after checking the arguments' types."""
+        if not isinstance(program, Program):
+            raise TypeError(f"Executor.run expects a fluidjax Program, got {type(program).__name__}")
+        for name in feed:
+            if not isinstance(name, str):
+                raise FeedError(f"feed keys must be variable names (str), got {name!r}")
+        plan = self._plan(program, tuple(sorted(feed)), fetch_names)
+        with self._lock:
+            if len(self._calls) > 4096:
+                self._calls.clear()
+            self._calls[(program, program._version, tuple(feed), fetch_names, flags.mode)] = plan
+        return plan
+
     def close(self) -> None:
         """Forget compiled steps (kept for Paddle's API)."""
         self._plans.clear()
+        self._calls.clear()
 
     # -- planning --------------------------------------------------------------------------------
     def _plan(self, program: Program, feed_names: tuple[str, ...], fetch_names: tuple[str, ...]) -> _Plan:
@@ -290,6 +317,8 @@ class Executor:
             # free their compiled code (a notebook that builds and runs in turns would pile them up).
             for old in [k for k in self._plans if k[0] == program._uid and k[1] != program._version]:
                 del self._plans[old]
+            for old in [k for k in self._calls if k[0] is program and k[1] != program._version]:
+                del self._calls[old]
             self._plans[key] = plan
         return plan
 
@@ -347,7 +376,7 @@ class Executor:
                           and any(block.var(n).persistable for n in op.output_arg_names))
         check_nan_inf, check_index = flags.mode
         host_checks, host_checked, in_step = self._index_checks(block, jit_ops, feeds) if check_index else ({}, (), False)
-        return _Plan(
+        plan = _Plan(
             program=program, ops=jit_ops, host_ops=host_ops, feed_names=feed_names,
             fetch_names=fetch_names,
             mutable_state=tuple(n for n in external if n in written_set),
@@ -365,6 +394,9 @@ class Executor:
             fixed_random_ops=fixed,
             on_host=not feed_names and not external and host_init.can_run(jit_ops),
         )
+        plan.feed_specs = tuple((n, plan.feed_dtypes[n], plan.feed_shapes[n], block.var(n), tuple(host_checks.get(n, ())))
+                                for n in feed_names)
+        return plan
 
     @staticmethod
     def _index_checks(block, ops, feeds):
@@ -430,12 +462,15 @@ class Executor:
         return jax.jit(step, donate_argnums=(0,))
 
     # -- feeds and state -----------------------------------------------------------------------
-    def _check_feeds(self, program: Program, plan: _Plan, feed: Mapping[str, Any]) -> tuple:
-        block = program.global_block()
+    def _check_feeds(self, plan: _Plan, feed: Mapping[str, Any]) -> tuple:
         out = []
-        for name in plan.feed_names:
-            value = check_feed(name, feed[name], plan.feed_dtypes[name], plan.feed_shapes[name], block.var(name))
-            for check in plan.host_checks.get(name, ()):
+        for name, want, declared, var, host_checks in plan.feed_specs:
+            value = feed[name]
+            # The common case in three comparisons; anything else goes through check_feed.
+            if not (value.__class__ is np.ndarray and value.dtype == want and value.ndim == len(declared)
+                    and all(d < 0 or d == s for d, s in zip(declared, value.shape))):
+                value = check_feed(name, value, want, declared, var)
+            for check in host_checks:
                 check(value)
             if plan.empty_undefined is not None and 0 in value.shape:
                 raise FeedError(f"feed {name!r} has shape {tuple(value.shape)}: an empty batch, and op "
@@ -448,10 +483,7 @@ class Executor:
 
     def _gather(self, plan: _Plan, names: tuple[str, ...], scope: Scope) -> tuple:
         """The values of state ``names`` in ``scope``; a clear error for one that has none."""
-        cached = plan.tensor_cache.get(scope)
-        if cached is None:
-            with self._lock:
-                cached = plan.tensor_cache.setdefault(scope, {})
+        cached = self._scope_cache(plan, scope)
         tensors = cached.get(names)
         if tensors is not None:
             values = tuple(t._value for t in tensors)
@@ -472,9 +504,21 @@ class Executor:
         cached[names] = found
         return tuple(t._value for t in found)
 
+    def _scope_cache(self, plan: _Plan, scope: Scope) -> dict:
+        """``plan``'s cache of where its state lives in ``scope`` (the last scope's, on the hot path)."""
+        last = plan.last_scope
+        if last is not None and last[0]() is scope:
+            return last[1]
+        cached = plan.tensor_cache.get(scope)
+        if cached is None:
+            with self._lock:
+                cached = plan.tensor_cache.setdefault(scope, {})
+        plan.last_scope = (weakref.ref(scope), cached)
+        return cached
+
     def _written_tensors(self, plan: _Plan, scope: Scope) -> list[LoDTensor]:
         """The tensors a run writes its new state into (created in ``scope`` on first use)."""
-        cached = plan.tensor_cache[scope]     # made by _gather in the same run
+        cached = self._scope_cache(plan, scope)
         tensors = cached.get("written")
         if tensors is None:
             tensors = cached["written"] = [(scope.find_var(n) or scope.var(n)).get_mutable(LoDTensor)

@@ -7,28 +7,40 @@ outputs are stored back into the scope, an exception raised by a signal handler 
 records the signal; on exit the real handlers are put back and the recorded signals are handed
 to them, so the interrupt arrives right after the state is committed.
 
-Python runs signal handlers on the main thread only, so runs on other threads need nothing.
+Once the swap is done no handler can raise until the real ones are back: a signal that arrived
+just before the swap is handled (recorded) by whichever handler is installed when Python gets to
+it. Python runs signal handlers on the main thread only, so runs on other threads need nothing.
 Swapping costs two ``sigaction`` calls per watched signal that has a Python handler (normally
-only SIGINT): about a microsecond in all.
+only SIGINT); the C functions of ``_signal`` are used because the ``signal`` module's
+enum-converting wrappers cost about 5 µs a call.
 """
 
 from __future__ import annotations
 
-import _signal  # the C functions: signal's enum-converting wrappers cost ~5 us a call
+import _signal
 import signal
 import threading
 
-_WATCHED = tuple(int(getattr(signal, n)) for n in ("SIGINT", "SIGALRM", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2",
-                                              "SIGVTALRM", "SIGPROF", "SIGQUIT") if hasattr(signal, n))
+_WATCHED = tuple(int(getattr(signal, n)) for n in ("SIGINT", "SIGALRM", "SIGTERM", "SIGHUP", "SIGUSR1",
+                                                   "SIGUSR2", "SIGVTALRM", "SIGPROF", "SIGQUIT")
+                 if hasattr(signal, n))
 _MAIN = threading.main_thread().ident
+_getsignal, _setsignal, _get_ident = _signal.getsignal, _signal.signal, threading.get_ident
 
-_real: dict[int, object] = {}      # signal -> the handler the user had installed
 _pending: list[tuple[int, object]] = []
-_depth = 0
+_saved: list[tuple[int, object]] = []    # (signal, the user's handler) while deferred
+_depth = [0]
 
 
 def _record(signum, frame) -> None:
     _pending.append((signum, frame))
+
+
+def _restore() -> None:
+    _depth[0] = 0
+    while _saved:
+        sig, handler = _saved.pop()
+        _setsignal(sig, handler)
 
 
 class deferred_signals:
@@ -37,43 +49,31 @@ class deferred_signals:
     __slots__ = ("_active",)
 
     def __enter__(self) -> "deferred_signals":
-        global _depth
-        self._active = threading.get_ident() == _MAIN
-        if not self._active:
-            return self
-        _depth += 1
-        if _depth == 1:
-            try:
-                for sig in _WATCHED:
-                    handler = _signal.getsignal(sig)
-                    if handler is _record:          # left over from an exit that was itself cut short
-                        continue
-                    if callable(handler):
-                        _real[sig] = handler
-                        _signal.signal(sig, _record)
-            except BaseException:
-                self._restore()
-                raise
+        self._active = active = _get_ident() == _MAIN
+        if active:
+            _depth[0] += 1
+            if _depth[0] == 1:
+                try:
+                    for sig in _WATCHED:
+                        handler = _getsignal(sig)
+                        if handler is not _record and callable(handler):
+                            _saved.append((sig, handler))
+                            _setsignal(sig, _record)
+                except BaseException:
+                    _restore()
+                    raise
         return self
 
-    def _restore(self) -> None:
-        global _depth
-        _depth = 0
-        for sig, handler in list(_real.items()):
-            _signal.signal(sig, handler)
-            del _real[sig]
-
     def __exit__(self, *exc) -> None:
-        global _depth
         if not self._active:
             return
-        if _depth > 1:
-            _depth -= 1
+        if _depth[0] > 1:
+            _depth[0] -= 1
             return
-        self._restore()
+        _restore()
         while _pending:
             signum, frame = _pending.pop(0)
-            handler = _signal.getsignal(signum)
+            handler = _getsignal(signum)
             if callable(handler):
                 handler(signum, frame)
             elif handler == signal.SIG_DFL and signum == signal.SIGINT:
