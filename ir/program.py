@@ -11,10 +11,24 @@ from __future__ import annotations
 import copy
 import html
 import itertools
+import operator
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from . import callstack, dtypes, registry, unique_name
-from .errors import ShapeError
+from . import callstack, dtypes, registry, tracking, unique_name
+from .errors import ProgramFormatError, ShapeError, VariableNotFoundError
+from .tracking import AttrDict, SlotDict, TrackedDict, TrackedList, WrapOnSet
+
+_dict_setitem = dict.__setitem__
+_dict_update = dict.update
+
+
+_OP_CONTAINERS = {"inputs": SlotDict, "outputs": SlotDict, "attrs": AttrDict}
+
+
+def _tracked_list(owner, items) -> TrackedList:
+    lst = TrackedList(items)
+    lst._owner = owner
+    return lst
 from .variable import Parameter, Variable
 
 # Paddle's OpRole values (the `op_role` attribute).
@@ -30,7 +44,9 @@ EMPTY_VAR_NAME = "@EMPTY@"
 _ArgList = Variable | str | Sequence[Variable | str] | None
 
 
-def _names(arg: _ArgList) -> list[str]:
+def _names(arg: _ArgList, program: "Program | None" = None, where: tuple = ()) -> list[str]:
+    """The variable names of an op argument; with ``program``, a Variable of another program is
+    a :class:`VariableNotFoundError` (``where`` = (op type, "input"/"output", slot), for the text)."""
     if arg is None:
         return []
     if isinstance(arg, (Variable, str)):
@@ -38,6 +54,8 @@ def _names(arg: _ArgList) -> list[str]:
     out = []
     for a in arg:
         if isinstance(a, Variable):
+            if program is not None and a.block is not None and a.block.program is not program:
+                _foreign_variable(a, program, where)
             out.append(a.name)
         elif isinstance(a, str):
             out.append(a)
@@ -46,19 +64,86 @@ def _names(arg: _ArgList) -> list[str]:
     return out
 
 
+def _foreign_variable(var: Variable, program: "Program", where: tuple) -> None:
+    op_type, kind, slot = where or ("?", "argument", "?")
+    raise VariableNotFoundError(
+        f"op {op_type!r} {kind} {slot!r}: variable {var.name!r} belongs to {var.block.program._label()}, "
+        f"but the op is being added to {program._label()}. A Variable can only be used in the program "
+        "that made it: build both under the same program_guard (or pass its name if this program "
+        "has a variable of that name).")
+
+
 class Operator:
-    """One op of a block (Paddle's ``OpDesc``): type, slot → variable names, attributes."""
+    """One op of a block (Paddle's ``OpDesc``): type, slot → variable names, attributes.
+
+    ``inputs``, ``outputs`` and ``attrs`` are tracked dicts (see :mod:`fluidjax.ir.tracking`):
+    any edit — ``op.attrs["axis"] = 1``, ``op.attrs["shape"][0] = 2``, ``op.inputs["X"][0] = "y"``,
+    assigning a whole new dict, or ``op.type = ...`` — bumps the program's version, so an
+    Executor never runs a step compiled for the op as it was. ``attr_types`` stays a plain dict:
+    it only affects how attributes serialize, never what a run computes.
+
+    The plain dicts and lists given to the constructor (as the parser gives them) are converted
+    on first access, not in the constructor: parsing a 5,000-op program then costs nothing extra,
+    and whatever reads an op (shape inference, the Executor's planning, serialization) converts
+    it once. Reads after that are plain attribute reads.
+    """
 
     def __init__(self, block: "Block", type: str, inputs: dict[str, list[str]],
                  outputs: dict[str, list[str]], attrs: dict[str, Any], attr_types: dict[str, int],
                  is_target: bool | None = None) -> None:
-        self.block = block
-        self.type = type
-        self.inputs = inputs
-        self.outputs = outputs
-        self.attrs = attrs
-        self.attr_types = attr_types
-        self.is_target = is_target
+        d = self.__dict__
+        d["block"] = block
+        d["type"] = type
+        d["_given"] = (inputs, outputs, attrs)  # converted by _materialize on first access
+        d["attr_types"] = attr_types
+        d["is_target"] = is_target
+
+    def _materialize(self) -> None:
+        """Convert the constructor's containers into tracked ones owned by this op."""
+        d = self.__dict__
+        given = d.pop("_given", None)
+        if given is None:
+            return
+        inputs, outputs, attrs = given
+        ins, outs, values = SlotDict(), SlotDict(), AttrDict()
+        ins._owner = outs._owner = values._owner = self
+        # map/zip keep the per-slot work in C (no Python call a slot): every op goes through here.
+        in_lists, out_lists = list(map(TrackedList, inputs.values())), list(map(TrackedList, outputs.values()))
+        for lst in in_lists:
+            lst._owner = self
+        for lst in out_lists:
+            lst._owner = self
+        _dict_update(ins, zip(inputs, in_lists))
+        _dict_update(outs, zip(outputs, out_lists))
+        _dict_update(values, attrs)
+        for name, value in attrs.items():
+            if value.__class__ is list:
+                _dict_setitem(values, name, _tracked_list(self, value))
+        d["inputs"], d["outputs"], d["attrs"] = ins, outs, values
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when `name` is not in the instance dict: an op not converted yet.
+        if name in _OP_CONTAINERS and "_given" in self.__dict__:
+            self._materialize()
+            return self.__dict__[name]
+        raise AttributeError(f"'Operator' object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        container = _OP_CONTAINERS.get(name)
+        if container is not None:
+            self._materialize()
+            value = container.of(self, value)
+        elif name != "type":
+            object.__setattr__(self, name, value)
+            return
+        tracking.record_field(self, name)
+        self.__dict__[name] = value
+        self._bump()
+
+    def _bump(self) -> None:
+        block = self.block
+        if block is not None:
+            block.program._bump()
 
     def input(self, slot: str) -> list[str]:
         """The variable names in input ``slot`` (empty when absent)."""
@@ -91,9 +176,8 @@ class Operator:
         spec = registry.get(self.type).attrs.get(name) if registry.has(self.type) else None
         type_id = registry.ATTR_TYPES[kind] if kind else (
             spec.type_id if spec else self.attr_types.get(name, registry.ATTR_TYPES[registry.attr_kind_of(value)]))
-        self.attrs[name] = value
+        self.attrs[name] = value        # bumps the program's version
         self.attr_types[name] = type_id
-        self.block.program._bump()
 
     @property
     def callstack(self) -> list[str]:
@@ -129,22 +213,48 @@ def _short(value: Any) -> str:
 
 
 class Block:
-    """A list of ops and the variables they use (Paddle's ``BlockDesc``)."""
+    """A list of ops and the variables they use (Paddle's ``BlockDesc``).
+
+    ``ops`` and ``vars`` are a tracked list and dict (see :mod:`fluidjax.ir.tracking`): every
+    edit, through the methods below or directly (``del block.ops[3]``, ``block.vars.pop(n)``,
+    ``block.ops = [...]``), bumps the program's version.
+    """
+
+    # The containers report to the program directly (one call less per bump than via the block).
+    ops = WrapOnSet(lambda block, ops: TrackedList.of(block.program, ops))
+    vars = WrapOnSet(lambda block, vars: TrackedDict.of(block.program, vars))
+    parent_idx = WrapOnSet()
+    forward_block_idx = WrapOnSet()
 
     def __init__(self, program: "Program", idx: int, parent_idx: int = -1) -> None:
-        self.program = program
-        self.idx = idx
-        self.parent_idx = parent_idx
-        self.forward_block_idx = -1
-        self.vars: dict[str, Variable] = {}
-        self.ops: list[Operator] = []
-        self._present: frozenset[str] | None = None
+        d = self.__dict__
+        d["program"] = program
+        d["idx"] = idx
+        d["parent_idx"] = parent_idx
+        d["forward_block_idx"] = -1
+        d["vars"] = TrackedDict.of(program)
+        d["ops"] = TrackedList.of(program)
+        d["_present"] = None
+
+    def _bump(self) -> None:
+        self.program._bump()
 
     # -- variables ---------------------------------------------------------------------------
     @property
     def parent(self) -> "Block | None":
-        """The enclosing block, or None for the global block."""
-        return self.program.blocks[self.parent_idx] if self.parent_idx >= 0 else None
+        """The enclosing block, or None for the global block (``parent_idx == -1``).
+
+        A ``parent_idx`` that names no block of the program is a :class:`ProgramFormatError`.
+        """
+        idx = self.parent_idx
+        if idx == -1:
+            return None
+        blocks = self.program.blocks
+        if not _is_index_in(idx, 0, len(blocks)):
+            raise ProgramFormatError(
+                f"block {self.idx} has parent_idx {idx!r}, but the program has {len(blocks)} block(s) "
+                f"(a parent is 0..{len(blocks) - 1}, or -1 for none)")
+        return blocks[idx]
 
     def create_var(self, name: str | None = None, shape: Iterable[int] = (), dtype="float32",
                    lod_level: int = 0, **kwargs) -> Variable:
@@ -154,8 +264,7 @@ class Block:
         if name in self.vars:
             return self.vars[name]
         var = Variable(self, name, shape, dtype, lod_level, **kwargs)
-        self.vars[name] = var
-        self.program._bump()
+        self.vars[name] = var  # bumps the program's version
         return var
 
     def create_parameter(self, name: str, shape: Iterable[int], dtype="float32", **kwargs) -> Parameter:
@@ -171,8 +280,7 @@ class Block:
         if any(d < 0 for d in shape):
             raise ShapeError(f"parameter {name!r} needs a fully known shape, got {shape}")
         param = Parameter(self, name, shape, dtype, **kwargs)
-        self.vars[name] = param
-        self.program._bump()
+        self.vars[name] = param  # bumps the program's version
         return param
 
     def has_var(self, name: str) -> bool:
@@ -180,19 +288,43 @@ class Block:
         return name in self.vars
 
     def var(self, name: str) -> Variable:
-        """The variable ``name`` of this block or of an enclosing one."""
-        block: Block | None = self
-        while block is not None:
-            if name in block.vars:
-                return block.vars[name]
+        """The variable ``name`` of this block or of an enclosing one.
+
+        Raises :class:`VariableNotFoundError` (a ``KeyError``) for an unknown name, and
+        :class:`ProgramFormatError` when the parent chain is broken (a ``parent_idx`` out of
+        range, or parents that loop back) instead of failing obscurely or walking forever.
+        """
+        var = self.vars.get(name)
+        if var is not None:
+            return var
+        block = self
+        # A parent chain visits each block at most once: more steps than blocks means a cycle.
+        for _ in range(len(self.program.blocks)):
             block = block.parent
-        raise KeyError(f"variable {name!r} is not in block {self.idx} or its parents")
+            if block is None:
+                raise VariableNotFoundError(f"variable {name!r} is not in block {self.idx} or its parents")
+            var = block.vars.get(name)
+            if var is not None:
+                return var
+        raise ProgramFormatError(f"the parents of block {self.idx} form a cycle: {self._parent_chain()}")
+
+    def _parent_chain(self) -> str:
+        """``3 -> 1 -> 3``: the parent chain up to the first repeat (for error messages)."""
+        seen, chain, idx = set(), [self.idx], self.parent_idx
+        blocks = self.program.blocks
+        while idx != -1 and idx not in seen and _is_index_in(idx, 0, len(blocks)):
+            seen.add(idx)
+            chain.append(idx)
+            idx = blocks[idx].parent_idx
+        chain.append(idx)
+        return " -> ".join(str(i) for i in chain)
 
     def find_var(self, name: str) -> Variable | None:
-        """Like :meth:`var`, but None instead of an error for an unknown name."""
+        """Like :meth:`var`, but None instead of an error for an unknown name (a broken parent
+        chain is still an error)."""
         try:
             return self.var(name)
-        except KeyError:
+        except VariableNotFoundError:
             return None
 
     def all_parameters(self) -> list[Parameter]:
@@ -212,8 +344,7 @@ class Block:
             from .shape import infer_op
 
             infer_op(op)
-        self.ops.append(op)
-        self.program._bump()
+        self.ops.append(op)  # bumps the program's version
         return op
 
     def insert_op(self, index: int, type: str, inputs=None, outputs=None, attrs=None,
@@ -224,15 +355,12 @@ class Block:
             from .shape import infer_op
 
             infer_op(op)
-        self.ops.insert(index, op)
-        self.program._bump()
+        self.ops.insert(index, op)  # bumps the program's version
         return op
 
     def remove_op(self, index: int) -> Operator:
         """Remove and return the op at ``index``."""
-        op = self.ops.pop(index)
-        self.program._bump()
-        return op
+        return self.ops.pop(index)  # bumps the program's version
 
     def _make_op(self, type, inputs, outputs, attrs) -> Operator:
         opdef = registry.get(type)
@@ -271,14 +399,14 @@ class Block:
                              f"its {kind}s are {[s.name for s in slots]}")
         result: dict[str, list[str]] = {}
         for slot in slots:
-            names = _names(given.get(slot.name))
+            names = _names(given.get(slot.name), self.program, (opdef.type, kind, slot.name))
             if not names and not slot.dispensable:
                 raise ValueError(f"op {opdef.type!r} needs {kind} {slot.name!r}")
             if len(names) > 1 and not slot.duplicable:
                 raise ValueError(f"op {opdef.type!r} {kind} {slot.name!r} takes one variable, got {names}")
             for n in names:
                 if n != EMPTY_VAR_NAME and self.find_var(n) is None:
-                    raise KeyError(f"op {opdef.type!r} {kind} {slot.name!r}: variable {n!r} is not in "
+                    raise VariableNotFoundError(f"op {opdef.type!r} {kind} {slot.name!r}: variable {n!r} is not in "
                                    f"block {self.idx}; create it first (block.create_var)")
             if names or slot.name in given:
                 result[slot.name] = names
@@ -286,6 +414,14 @@ class Block:
 
     def __repr__(self) -> str:
         return f"Block(idx={self.idx}, {len(self.vars)} vars, {len(self.ops)} ops)"
+
+
+def _is_index_in(value: Any, low: int, high: int) -> bool:
+    """Whether ``value`` is an integer (``operator.index``) with ``low <= value < high``."""
+    try:
+        return low <= operator.index(value) < high
+    except TypeError:
+        return False
 
 
 _program_ids = itertools.count()
@@ -299,11 +435,19 @@ class Program:
     (-1, 4)
     """
 
+    # `blocks` is a tracked list (see fluidjax.ir.tracking); `_current_block_idx` is journaled
+    # (a failed layer call restores it) but does not bump: it does not change what a run does.
+    blocks = WrapOnSet(TrackedList.of)
+    _current_block_idx = WrapOnSet(bump=False)
+
     def __init__(self) -> None:
-        self.blocks: list[Block] = [Block(self, 0)]
+        d = self.__dict__
+        d["blocks"] = TrackedList.of(self, [Block(self, 0)])
+        d["_current_block_idx"] = 0
         self.random_seed: int = 0
-        self._current_block_idx = 0
-        self._version = 0
+        # A version is a process-wide stamp, never reused (tracking.next_stamp): a rolled-back
+        # failed layer call may restore an older one safely.
+        self._version = tracking.next_stamp()
         self._uid = next(_program_ids)
         self._op_role = OP_ROLE_FORWARD
         self.desc_version: int | None = None          # ProgramDesc.version.version, if set
@@ -312,8 +456,13 @@ class Program:
         # scheduler writing its current value); Python-only, not serialized.
         self.run_hooks: list = []
 
-    def _bump(self) -> None:
-        self._version += 1
+    _bump = tracking.bump_program
+
+    def _label(self) -> str:
+        """``program #3 (the default main program)``: how error messages name a program."""
+        role = (" (the default main program)" if self is _main_program else
+                " (the default startup program)" if self is _startup_program else "")
+        return f"program #{self._uid}{role}"
 
     # -- blocks --------------------------------------------------------------------------------
     def global_block(self) -> Block:
@@ -334,12 +483,17 @@ class Program:
         return len(self.blocks)
 
     def create_block(self, parent_idx: int | None = None) -> Block:
-        """Add a sub-block (for control-flow ops) and make it current."""
+        """Add a sub-block (for control-flow ops) and make it current.
+
+        ``parent_idx`` (default: the current block) must be a block of this program, or -1.
+        """
         parent = self._current_block_idx if parent_idx is None else parent_idx
-        block = Block(self, len(self.blocks), parent)
-        self.blocks.append(block)
+        if not _is_index_in(parent, -1, len(self.blocks)):
+            raise ProgramFormatError(f"create_block: parent_idx {parent!r} is not a block of the program "
+                                     f"(it has {len(self.blocks)} block(s); -1 for none)")
+        block = Block(self, len(self.blocks), operator.index(parent))
+        self.blocks.append(block)  # bumps the program's version
         self._current_block_idx = block.idx
-        self._bump()
         return block
 
     def rollback(self) -> None:
@@ -412,7 +566,7 @@ class Program:
     def __repr__(self) -> str:
         n_ops = sum(len(b.ops) for b in self.blocks)
         n_vars = sum(len(b.vars) for b in self.blocks)
-        return f"<fluidjax.Program {len(self.blocks)} block(s), {n_vars} vars, {n_ops} ops>"
+        return f"<fluidjax.Program #{self._uid}: {len(self.blocks)} block(s), {n_vars} vars, {n_ops} ops>"
 
     def _repr_html_(self) -> str:
         esc = html.escape

@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable
 
+from .errors import UnregisteredOpError
+
 # Paddle's AttrType enum (wire facts).
 ATTR_TYPES = {
     "int": 0,
@@ -228,11 +230,12 @@ def _auto_grad_def(fwd: OpDef) -> OpDef:
 
 
 def get(type: str) -> OpDef:
-    """The definition of op ``type``; a clear error for an unknown type."""
+    """The definition of op ``type``; :class:`UnregisteredOpError` (a ``KeyError``) for an unknown
+    type."""
     try:
         return _REGISTRY[type]
-    except KeyError:
-        raise KeyError(
+    except (KeyError, TypeError):
+        raise UnregisteredOpError(
             f"op type {type!r} is not registered in fluidjax ({len(_REGISTRY)} ops are; "
             "see fluidjax.ir.registry.registered_types())"
         ) from None

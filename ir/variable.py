@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import dtypes
-from .errors import SymbolicValueError
+from .errors import ShapeError, SymbolicValueError
+from .tracking import TrackedField
 
 if TYPE_CHECKING:
     from .program import Block
@@ -19,6 +20,16 @@ def _no_value(var: "Variable", what: str):
     )
 
 
+def _checked_shape(var: "Variable", shape) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints; a negative dim other than -1 (UNK) is a :class:`ShapeError`."""
+    if type(shape) is not tuple:
+        shape = tuple(int(d) for d in shape)
+    if shape and min(shape) < -1:
+        raise ShapeError(f"variable {var.name!r}: dim {min(shape)} in shape {shape} is not allowed; a dim "
+                         "is a size >= 0, or -1 for unknown")
+    return shape
+
+
 class Variable:
     """A variable of a :class:`~fluidjax.ir.program.Block` (Paddle's ``VarDesc``).
 
@@ -28,6 +39,18 @@ class Variable:
     """
 
     __array_priority__ = 100  # make NumPy defer to our operators (`np_array + var`)
+    # NumPy's ufunc machinery must not try to convert a Variable (its __array__ raises): with
+    # this, `np_array + var` hands over to Variable.__radd__ (see frontend/math_sugar.py).
+    __array_ufunc__ = None
+
+    # Fields that change what a run does. Set-only descriptors (reads stay plain attribute reads):
+    # assigning one on a variable that is in its block bumps the program's version, so an
+    # Executor recompiles instead of running a stale step; see fluidjax.ir.tracking.
+    shape = TrackedField("shape")
+    dtype = TrackedField("dtype")
+    lod_level = TrackedField()
+    persistable = TrackedField()
+    type = TrackedField()
 
     def __init__(
         self,
@@ -44,23 +67,25 @@ class Variable:
         is_data: bool = False,
     ) -> None:
         # ir/serialize.py (_var_from_proto) sets these same fields directly: keep the two in step.
-        self.block = block
-        self.name = name
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = dtypes.normalize(dtype) if dtype is not None else None
-        self.lod_level = int(lod_level)
-        self.persistable = bool(persistable)
-        self.stop_gradient = bool(stop_gradient)
-        self.type = type
-        self.need_check_feed = bool(need_check_feed)
-        self.is_data = bool(is_data)
-        self.is_parameter = False
+        # Written to __dict__ directly: the variable is not in a block yet (nothing to bump).
+        d = self.__dict__
+        d["block"] = block
+        d["name"] = name
+        d["shape"] = _checked_shape(self, shape)
+        d["dtype"] = dtypes.normalize(dtype) if dtype is not None else None
+        d["lod_level"] = int(lod_level)
+        d["persistable"] = bool(persistable)
+        d["stop_gradient"] = bool(stop_gradient)
+        d["type"] = type
+        d["need_check_feed"] = bool(need_check_feed)
+        d["is_data"] = bool(is_data)
+        d["is_parameter"] = False
         # VarDesc.Attr entries, as (name, attr type id, value).
-        self.desc_attrs: list[tuple[str, int, Any]] = []
+        d["desc_attrs"] = []
         # Which optional VarDesc fields a parsed program had (for byte-exact round trips);
         # None for variables built here.
-        self._present: frozenset[str] | None = None
-        self._raw_type: bytes | None = None
+        d["_present"] = None
+        d["_raw_type"] = None
 
     # -- the symbolic contract -------------------------------------------------------------
     def __array__(self, *args, **kwargs):
