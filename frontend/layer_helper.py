@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping, TypeVar
 
-from ..ir import unique_name
+from ..ir import tracking, unique_name
 from ..ir.program import default_main_program, default_startup_program
 from ..ir.variable import Parameter, Variable
 from .initializer import Constant, Initializer, Xavier
 from .param_attr import ParamAttr
+
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def atomic_layer(fn: _F) -> _F:
+    """Make layer function ``fn`` all-or-nothing: if it raises, every program it touched (the
+    main and startup programs: variables, ops, blocks, the current block, even the version) is
+    put back exactly as it was, and the error propagates. The unique names it drew stay drawn
+    (the next layer gets the next number, as in Paddle).
+
+    It journals the IR's tracked mutations (:mod:`fluidjax.ir.tracking`) instead of copying the
+    programs up front, so a call costs a few hundred nanoseconds however big the program is.
+    Calls nest: an inner layer call that fails is undone alone (a savepoint), and only the
+    outermost call's success discards the journal. Every public function of ``fj.layer`` and
+    the Variable operators are wrapped (see the end of ``frontend/layers.py``).
+    """
+    layer = functools.wraps(fn)(tracking.transactional(fn))
+    layer.__fluidjax_atomic__ = True
+    return layer  # type: ignore[return-value]
 
 
 class LayerHelper:

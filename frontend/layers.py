@@ -13,7 +13,7 @@ from ..ir.errors import ShapeError
 from ..ir.program import default_main_program
 from ..ir.variable import Variable
 from .initializer import fill_constant_attrs
-from .layer_helper import LayerHelper
+from .layer_helper import LayerHelper, atomic_layer
 from .param_attr import ParamAttr
 
 __all__ = [
@@ -194,3 +194,28 @@ elementwise_div = _elementwise("elementwise_div")
 from .math_layers import *  # noqa: E402,F401,F403
 from .nn_layers import *  # noqa: E402,F401,F403
 from .tensor_layers import *  # noqa: E402,F401,F403
+
+
+def _make_atomic() -> None:
+    """Wrap every public layer function with :func:`~.layer_helper.atomic_layer`: each public
+    function of ``fj.layer`` defined in ``fluidjax.frontend`` (this module and the families it
+    star-imports), both here and in its defining module (so ``from ..nn_layers import conv2d``
+    is atomic too, and layers calling each other go through the wrapped versions)."""
+    import inspect
+    import sys
+
+    package = __name__.rsplit(".", 1)[0] + "."
+    namespace = globals()
+    for name, fn in list(namespace.items()):
+        if name.startswith("_") or not inspect.isfunction(fn) or getattr(fn, "__fluidjax_atomic__", False):
+            continue
+        module = sys.modules.get(fn.__module__)
+        if not fn.__module__.startswith(package) or name not in getattr(module, "__all__", ()):
+            continue
+        wrapped = atomic_layer(fn)
+        namespace[name] = wrapped
+        if getattr(module, name, None) is fn:
+            setattr(module, name, wrapped)
+
+
+_make_atomic()
