@@ -11,8 +11,11 @@ import contextlib
 import gc
 from typing import Any, Iterator
 
+from google.protobuf.message import EncodeError
+
 from ..proto import framework_pb2 as pb
-from . import dtypes, registry
+from . import dtypes, registry, validate
+from .errors import ProgramFormatError
 from .program import Block, Operator, Program
 from .variable import Parameter, Variable
 
@@ -57,7 +60,9 @@ def _var_to_proto(var: Variable, out: pb.VarDesc) -> None:
             holder = getattr(out.type, kind)
             tensor = holder if kind == "selected_rows" else holder.tensor
             tensor.data_type = dtypes.to_enum(var.dtype)
-            tensor.dims.extend(var.shape)
+            written = var.__dict__.get("_written_dims")
+            # Dims below -1 that a parsed program had (read as -1): written back as they were.
+            tensor.dims.extend(written[1] if written is not None and written[0] == var.shape else var.shape)
             if kind != "selected_rows" and (var.lod_level or var._present is None or "lod_level" in var._present):
                 holder.lod_level = var.lod_level
     present = var._present
@@ -155,7 +160,7 @@ def program_to_bytes(program: Program) -> bytes:
 def _attr_value(attr: pb.OpDesc.Attr) -> Any:
     field = _ATTR_FIELD.get(attr.type)
     if field is None:
-        raise ValueError(f"attribute {attr.name!r} has unknown type {attr.type}")
+        raise ProgramFormatError(f"malformed program: attribute {attr.name!r} has unknown type {attr.type}")
     value = getattr(attr, field)
     if attr.type in _MESSAGE:
         if attr.type in _REPEATED:
@@ -172,23 +177,39 @@ def _attr_value(attr: pb.OpDesc.Attr) -> Any:
 
 
 _FLAG_FIELDS = frozenset({"persistable", "need_check_feed", "is_parameter", "stop_gradient"})
+_DTYPE_OF_ENUM = dict(dtypes._NAME_OF_ENUM)
+_STRING_TYPE = _T["string"]
 
 
-def _var_from_proto(block: Block, desc: pb.VarDesc) -> Variable:
+def _var_from_proto(block: Block, desc: pb.VarDesc, block_desc: pb.BlockDesc) -> Variable:
     # One ListFields() call says which optional fields are present (cheaper than HasField x5).
     fields = {f.name: v for f, v in desc.ListFields()}
-    vtype_msg = fields["type"]
+    vtype_msg = fields.get("type")
+    name = fields.get("name")
+    if vtype_msg is None or name.__class__ is not str:
+        validate.bad_var(block.idx, block_desc, desc)
     vtype = vtype_msg.type
     kind = _TENSOR_KINDS.get(vtype)
-    shape, dtype, lod_level = (), None, 0
+    shape, dtype, lod_level, written = (), None, 0, None
     present = set(_FLAG_FIELDS.intersection(fields))
     has_tensor = kind is not None and vtype_msg.HasField(kind)
     if has_tensor:
         holder = getattr(vtype_msg, kind)
         tensor = holder if kind == "selected_rows" else holder.tensor
-        shape, dtype = tuple(tensor.dims), dtypes.from_enum(tensor.data_type)
+        shape, data_type = tuple(tensor.dims), tensor.data_type
+        dtype = _DTYPE_OF_ENUM.get(data_type)
+        # data_type 0 (BOOL) is also what a missing (or unknown-valued) data_type reads as.
+        if dtype is None or (data_type == 0 and not tensor.HasField("data_type")):
+            validate.bad_tensor(block.idx, name, holder, tensor, _DTYPE_OF_ENUM)
+        if shape and min(shape) < -1:
+            # Paddle multiplies unknown dims by known ones (instance_norm's SavedMean is [-4] for
+            # an input [-1, 4]): any negative dim is unknown. Kept as written for serialization.
+            written = shape
+            shape = tuple(-1 if d < 0 else d for d in shape)
         if kind != "selected_rows":
             lod_level = holder.lod_level
+            if lod_level < 0:
+                validate.bad_tensor(block.idx, name, holder, tensor, _DTYPE_OF_ENUM)
             if holder.HasField("lod_level"):
                 present.add("lod_level")
     persistable = fields.get("persistable", False)
@@ -205,37 +226,83 @@ def _var_from_proto(block: Block, desc: pb.VarDesc) -> Variable:
         var = Variable.__new__(Variable)
         var.is_parameter = False
     # Parsed values are already normalized: fill the fields directly instead of __init__'s checks.
-    var.block, var.name, var.shape, var.dtype, var.lod_level = block, desc.name, shape, dtype, lod_level
+    var.block, var.name, var.shape, var.dtype, var.lod_level = block, name, shape, dtype, lod_level
     var.persistable, var.stop_gradient, var.type = persistable, stop_gradient, vtype
     var.need_check_feed = var.is_data = need_check_feed
-    var.desc_attrs = [(a.name, a.type, list(a.ints) if a.type == _T["ints"] else a.s if a.type == _T["string"]
-                       else a.i) for a in fields.get("attrs", ())]
+    attrs = fields.get("attrs")
+    if attrs:
+        var.desc_attrs = [_var_attr(block.idx, name, a) for a in attrs]
+    else:
+        var.desc_attrs = []
     var._present = frozenset(present)
-    var._raw_type = None if has_tensor else vtype_msg.SerializeToString(deterministic=True)
+    if has_tensor:
+        var._raw_type = None
+        if written is not None:
+            var._written_dims = (shape, written)
+    else:
+        # A kind fluidjax does not interpret (feed/fetch lists, readers, step scopes, ...) is kept
+        # as written. Encoding checks its required fields (and "type" reads 0 when missing).
+        if vtype == 0 and not vtype_msg.HasField("type"):
+            validate.bad_var(block.idx, block_desc, desc)
+        try:
+            var._raw_type = vtype_msg.SerializeToString(deterministic=True)
+        except EncodeError:
+            validate.bad_var(block.idx, block_desc, desc)
     if var.is_parameter:
         var.is_data = False
     return var
 
 
+def _var_attr(block_idx: int, var_name: str, a: pb.VarDesc.Attr) -> tuple[str, int, Any]:
+    if not (a.HasField("name") and a.HasField("type")) or a.name.__class__ is not str:
+        validate.bad_var_attr(block_idx, var_name, a)
+    if a.type == _T["ints"]:
+        return a.name, a.type, list(a.ints)
+    if a.type == _STRING_TYPE:
+        if a.s.__class__ is not str:
+            validate.bad_var_attr(block_idx, var_name, a)
+        return a.name, a.type, a.s
+    return a.name, a.type, a.i
+
+
 def program_from_proto(desc: pb.ProgramDesc) -> Program:
-    """A :class:`Program` from a ``ProgramDesc`` message; op attributes are kept as written."""
+    """A :class:`Program` from a ``ProgramDesc`` message; op attributes are kept as written.
+
+    The message is validated as it is converted (see :mod:`fluidjax.ir.validate`): anything
+    malformed raises :class:`ProgramFormatError` naming the block, op, variable or field.
+    """
+    validate.check_blocks(desc)
     program = Program()
     program.blocks = []
+    int_type = _T["int"]
     for b in desc.blocks:
         block = Block(program, b.idx, b.parent_idx)
         block.forward_block_idx = b.forward_block_idx
         block._present = frozenset({"forward_block_idx"} if b.HasField("forward_block_idx") else ())
+        vars = block.vars
         for v in b.vars:
-            block.vars[v.name] = _var_from_proto(block, v)
+            var = _var_from_proto(block, v, b)
+            vars[var.name] = var
         for o in b.ops:
             attrs, types = {}, {}
             for a in o.attrs:
                 name, type_id = a.name, a.type
                 field = _SCALAR_SETTERS.get(type_id)
-                attrs[name] = getattr(a, field) if field is not None else _attr_value(a)
+                if field is not None:
+                    # An unknown AttrType reads as a missing type, whose default is INT.
+                    if type_id == int_type and not a.HasField("type"):
+                        validate.bad_attr(block.idx, b, o, a)
+                    attrs[name] = getattr(a, field)
+                else:
+                    if type_id in _MESSAGE and not a.IsInitialized():
+                        validate.bad_attr(block.idx, b, o, a)
+                    attrs[name] = _attr_value(a)
                 types[name] = type_id
+            op_type = o.type
+            if not op_type and not o.HasField("type"):
+                validate.bad_op(block.idx, b, o)
             block.ops.append(Operator(
-                block, o.type, {v.parameter: list(v.arguments) for v in o.inputs},
+                block, op_type, {v.parameter: list(v.arguments) for v in o.inputs},
                 {v.parameter: list(v.arguments) for v in o.outputs}, attrs, types,
                 is_target=o.is_target if o.HasField("is_target") else None))
         program.blocks.append(block)
@@ -244,16 +311,20 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
     if desc.HasField("version"):
         program.desc_version = desc.version.version
     if desc.HasField("op_version_map"):
+        validate.check_version_map(desc)
         program.op_version_map = [(p.op_name, p.op_version.version) for p in desc.op_version_map.pair]
+    validate.check_program(program, desc)
     return program
 
 
 def program_from_bytes(data: bytes) -> Program:
-    """A program from ``ProgramDesc`` bytes; a clear error for anything else."""
+    """A program from ``ProgramDesc`` bytes; :class:`ProgramFormatError` for anything else."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProgramFormatError(f"Program.parse expects ProgramDesc bytes, got {type(data).__name__}")
     desc = pb.ProgramDesc()
     try:
         desc.ParseFromString(data)
     except Exception as exc:
-        raise ValueError(f"not a ProgramDesc: {exc}") from None
+        raise ProgramFormatError(f"not a ProgramDesc: {exc}") from None
     with _gc_paused():
         return program_from_proto(desc)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from . import callstack, dtypes, registry
-from .errors import ShapeError
+from .errors import FluidJaxError, ShapeError, UnregisteredOpError, VariableNotFoundError
 from .program import EMPTY_VAR_NAME
 
 
@@ -32,9 +32,16 @@ class VarInfo(NamedTuple):
 class InferShapeContext:
     """The view of one op that its shape rule sees; outputs are buffered until the rule succeeds."""
 
-    def __init__(self, op, lookup: Callable[[str], VarInfo]) -> None:
+    def __init__(self, op, lookup: Callable[[str], VarInfo], where: str | None = None) -> None:
         self.op = op
-        self.opdef = registry.get(op.type)
+        self.where = where  # "block 0, op 3" when the op's place is known (infer_shapes)
+        try:
+            self.opdef = registry.get(op.type)
+        except KeyError:  # UnregisteredOpError is a KeyError too
+            raise UnregisteredOpError(
+                f"op {op.type!r}{f' ({where})' if where else ''}: this op type is not registered in "
+                "fluidjax, so it has no shape rule and cannot run (see "
+                "fluidjax.ir.registry.registered_types())") from None
         self._lookup = lookup
         self.results: dict[str, VarInfo] = {}
 
@@ -62,7 +69,16 @@ class InferShapeContext:
         return self.op.attrs.get(name)
 
     def _info(self, name: str) -> VarInfo:
-        return self.results.get(name) or self._lookup(name)
+        info = self.results.get(name)
+        if info is None:
+            try:
+                info = self._lookup(name)
+            except KeyError:  # VariableNotFoundError is a KeyError too
+                block = self.op.block
+                raise VariableNotFoundError(
+                    f"op {self.op.type!r}{f' ({self.where})' if self.where else ''}: variable {name!r} "
+                    f"is not declared in block {getattr(block, 'idx', '?')} or its parents") from None
+        return info
 
     # -- writing ---------------------------------------------------------------------------
     def set_output(self, slot: str, shape: Iterable[int], dtype=None, lod_level: int | None = None,
@@ -102,10 +118,15 @@ class InferShapeContext:
             for n in names:
                 if n == EMPTY_VAR_NAME:
                     continue
-                info = self._info(n)
+                try:
+                    info = self._info(n)
+                except FluidJaxError:
+                    ins.append(f"{slot}={n!r} (not declared)")
+                    continue
                 ins.append(f"{slot}={n!r} shape={info.shape} dtype={info.dtype}")
         where = callstack.where(self.op.attrs.get("op_callstack"))
-        raise ShapeError(f"op {self.op.type!r}: {message}\n  inputs: {'; '.join(ins) or '(none)'}\n"
+        place = f" ({self.where})" if self.where else ""
+        raise ShapeError(f"op {self.op.type!r}{place}: {message}\n  inputs: {'; '.join(ins) or '(none)'}\n"
                          f"  created at: {where}")
 
 
@@ -133,16 +154,30 @@ def rule_of(opdef) -> Callable[[InferShapeContext], None]:
     return derived_rule
 
 
-def run_rule(op, lookup: Callable[[str], VarInfo]) -> dict[str, VarInfo]:
-    """Run op's shape rule against ``lookup``; return the output infos it produced."""
-    ctx = InferShapeContext(op, lookup)
+def run_rule(op, lookup: Callable[[str], VarInfo], where: str | None = None) -> dict[str, VarInfo]:
+    """Run op's shape rule against ``lookup``; return the output infos it produced.
+
+    ``where`` (``"block 0, op 3"``) goes into error messages. Whatever goes wrong is a fluidjax
+    error: :class:`UnregisteredOpError` for an unknown op type, :class:`VariableNotFoundError`
+    for an argument no block declares, and :class:`ShapeError` for anything the rule trips over
+    (a malformed op read from a file can hold any attribute value and any number of inputs).
+    """
+    ctx = InferShapeContext(op, lookup, where)
     try:
         rule_of(ctx.opdef)(ctx)
-    except ShapeError:
+    except FluidJaxError:
         raise
     except Exception as exc:  # a rule tripping over its inputs is the user's shape error too
-        ctx.fail(f"shape inference failed: {type(exc).__name__}: {exc}")
+        ctx.fail(f"shape inference failed: {type(exc).__name__}: {_short_text(exc)}")
     return ctx.results
+
+
+def _short_text(exc: BaseException, limit: int = 500) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose __str__ fails still gets reported
+        text = f"<{type(exc).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def infer_op(op) -> None:
@@ -179,13 +214,19 @@ def infer_shapes(program, feed_shapes: Mapping[str, Any], block_idx: int = 0) ->
     def lookup(name: str) -> VarInfo:
         return env.get(name) or base(name)
 
-    for op in block.ops:
-        results = run_rule(op, lookup)
+    for index, op in enumerate(block.ops):
+        where = f"block {block.idx}, op {index}"
+        results = run_rule(op, lookup, where)
         for name, info in results.items():
-            declared = block.var(name).shape
+            try:
+                declared = block.var(name).shape
+            except KeyError:  # VariableNotFoundError is a KeyError too
+                raise VariableNotFoundError(
+                    f"op {op.type!r} ({where}): output {name!r} is not declared in block {block.idx} "
+                    "or its parents") from None
             if len(declared) == len(info.shape) and any(
                     d >= 0 and s >= 0 and d != s for d, s in zip(declared, info.shape)):
-                raise ShapeError(f"op {op.type!r} at {op.location}: output {name!r} comes out as "
+                raise ShapeError(f"op {op.type!r} ({where}) at {op.location}: output {name!r} comes out as "
                                  f"{info.shape}, but the program declares {declared}")
             env[name] = info
     return {name: info.shape for name, info in env.items()}
