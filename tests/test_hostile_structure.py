@@ -480,3 +480,24 @@ def test_failed_nested_call_caught_inside_a_layer_is_undone_alone():
     kept = tracking.atomic_call(layer_fn)
     assert [op.type for op in main.global_block().ops] == ["relu"]
     assert set(main.global_block().vars) == {"x", kept.name}
+
+
+def test_a_failed_transaction_restores_edits_of_existing_ops_variables_and_blocks():
+    from fluidjax.ir import tracking
+
+    block, x, a, b, out = _chain()
+    prog = fj.default_main_program()
+    before = (prog.serialize(), prog._version, prog.num_blocks, prog.current_block().idx)
+    with pytest.raises(RuntimeError, match="late"):
+        with tracking.atomic():
+            block.ops[0].attrs["scale"] = 9.0
+            block.ops[1].inputs["X"][0] = a.name
+            del block.ops[3]
+            block.vars.pop(b.name)
+            x.shape = (-1, 5)
+            sub = prog.create_block()
+            sub.create_var("inner", (1,), "float32")
+            raise RuntimeError("late")
+    assert (prog.serialize(), prog._version, prog.num_blocks, prog.current_block().idx) == before
+    assert x.shape == (-1, 3) and block.vars[b.name] is b
+    np.testing.assert_allclose(fj.Executor().run(feed={"x": np.ones((1, 3), np.float32)}, fetch_list=[out])[0], 20.0)
