@@ -501,3 +501,13 @@ def test_a_failed_transaction_restores_edits_of_existing_ops_variables_and_block
     assert (prog.serialize(), prog._version, prog.num_blocks, prog.current_block().idx) == before
     assert x.shape == (-1, 3) and block.vars[b.name] is b
     np.testing.assert_allclose(fj.Executor().run(feed={"x": np.ones((1, 3), np.float32)}, fetch_list=[out])[0], 20.0)
+
+
+def test_the_seed_variable_constructor_is_all_or_nothing():
+    main, startup = fj.default_main_program(), fj.default_startup_program()
+    before = (main.serialize(), startup.serialize())
+    with pytest.raises(Exception):
+        fj.Variable("v", data_type="float32", shape=[2], value="not a number")
+    assert (main.serialize(), startup.serialize()) == before
+    v = fj.Variable("v", data_type="float32", shape=[2], value=1.0)
+    assert v.name == "v" and main.global_block().vars["v"] is v
