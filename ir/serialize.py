@@ -179,6 +179,7 @@ def _attr_value(attr: pb.OpDesc.Attr) -> Any:
 _FLAG_FIELDS = frozenset({"persistable", "need_check_feed", "is_parameter", "stop_gradient"})
 _DTYPE_OF_ENUM = dict(dtypes._NAME_OF_ENUM)
 _STRING_TYPE = _T["string"]
+_SCALAR_TYPE = _T["scalar"]
 
 
 def _var_from_proto(block: Block, desc: pb.VarDesc, block_desc: pb.BlockDesc) -> Variable:
@@ -294,7 +295,8 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
                         validate.bad_attr(block.idx, b, o, a)
                     attrs[name] = getattr(a, field)
                 else:
-                    if type_id in _MESSAGE and not a.IsInitialized():
+                    if type_id in _MESSAGE and (not a.IsInitialized() or (
+                            type_id == _SCALAR_TYPE and not a.HasField("scalar"))):
                         validate.bad_attr(block.idx, b, o, a)
                     attrs[name] = _attr_value(a)
                 types[name] = type_id

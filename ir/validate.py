@@ -218,6 +218,8 @@ def bad_attr(block_idx: int, block_desc, op_desc, attr) -> NoReturn:
     if not attr.HasField("type"):
         fail(where, f"OpDesc.Attr.type is missing or not a known AttrType (the known ones are "
              f"0..{max(_KIND_NAME)})")
+    if attr.type == _T["scalar"] and not attr.HasField("scalar"):
+        fail(where, "a SCALAR attribute without its value (OpDesc.Attr.scalar)")
     fail(where, f"its value lacks required fields: {_missing_fields(attr)}")
 
 

@@ -169,6 +169,13 @@ def test_scalar_attribute_without_its_type():
     _refused(_bytes(desc), "block 0, op 0 ('relu'), attribute 'fill'", "scalar.type")
 
 
+def test_scalar_attribute_without_its_value():
+    # Found by the fuzzer (attrs:6644): EncodeError at serialize.
+    desc = _desc()
+    desc.blocks[0].ops[0].attrs.add(name="fill", type=A.SCALAR)
+    _refused(_bytes(desc), "block 0, op 0 ('relu'), attribute 'fill'", "SCALAR attribute without its value")
+
+
 def test_data_type_that_is_a_variable_kind():
     # Was TypeError: 15 is not a Paddle tensor element type (at parse or later).
     desc = _desc()

@@ -104,13 +104,13 @@ _REASONS = [
     ("declared twice", "duplicate variable in a block"),
     ("is not declared in block", "block 0 op names an undeclared variable"),
     ("data_type", "data_type missing or not an element type"),
-    ("dims", "negative dim other than -1"),
     ("lod_level", "negative lod_level"),
     ("Attr.type", "attribute type missing or unknown"),
     ("it is of kind", "attribute of the wrong kind"),
     ("VarType", "variable kind missing or unknown"),
     ("has no tensor", "LoDTensorDesc without its TensorDesc"),
     ("value lacks required fields", "Scalar attribute missing required fields"),
+    ("without its value", "SCALAR attribute without its value"),
     ("missing", "another required field missing"),
 ]
 
