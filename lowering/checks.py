@@ -95,7 +95,7 @@ class HostIndexCheck:
     variable: str
 
     def __call__(self, value) -> None:
-        arr = np.asarray(value)
+        arr = np.asarray(getattr(value, "data", value))      # a LoD feed: its (zero-padded) rows
         if self.spec.component is not None:
             arr = arr[..., self.spec.component]
         if arr.size == 0:

@@ -29,7 +29,8 @@ from ..ir.variable import Variable
 from . import flags, host_init
 from .checks import HostIndexCheck, StepChecks, fed_source, index_error, specs_of
 from .context import make_key
-from .feeds import check_feed
+from .feeds import check_feed, check_lod_feed
+from .lod_value import LoDValue, to_host
 from .lod_tensor import LoDTensor
 from .lower import run_ops
 from .places import Place
@@ -153,8 +154,8 @@ class Executor:
             if failed is not None:
                 raise failed
             if return_numpy:
-                return [np.asarray(v) for v in fetches]
-            return list(fetches)
+                return [to_host(v)[0] if v.__class__ is LoDValue else np.asarray(v) for v in fetches]
+            return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue else v for v in fetches]
         except BaseException as exc:
             # Anything raised once the state is committed (a deferred Ctrl-C, a failing fetch
             # conversion) says so: the run happened, only its fetches are lost.
@@ -466,8 +467,10 @@ class Executor:
         out = []
         for name, want, declared, var, host_checks in plan.feed_specs:
             value = feed[name]
+            if var.lod_level:
+                value = check_lod_feed(name, value, want, declared, var)
             # The common case in three comparisons; anything else goes through check_feed.
-            if not (value.__class__ is np.ndarray and value.dtype == want and value.ndim == len(declared)
+            elif not (value.__class__ is np.ndarray and value.dtype == want and value.ndim == len(declared)
                     and all(d < 0 or d == s for d, s in zip(declared, value.shape))):
                 value = check_feed(name, value, want, declared, var)
             for check in host_checks:
@@ -536,3 +539,9 @@ def _keep_old_unless(ok, new, old):
             or getattr(old, "dtype", None) != getattr(new, "dtype", None):
         return new
     return jnp.where(ok, new, old)
+
+
+def _lod_tensor(data: np.ndarray, lod) -> LoDTensor:
+    tensor = LoDTensor(data)
+    tensor.set_lod(lod)
+    return tensor

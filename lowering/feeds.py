@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ir.errors import FeedError
 from .lod_tensor import LoDTensor
+from .lod_value import LoDValue, from_host
 
 
 def _declared(var) -> str:
@@ -89,3 +90,37 @@ def check_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...],
         raise FeedError(f"feed {name!r} has shape {tuple(shape)}, but the variable is declared "
                         f"{declared} (-1 takes any size)")
     return value
+
+
+def _check_offsets(name: str, lod, rows: int) -> None:
+    """Paddle's LoD rules, each broken one named."""
+    count = None
+    for level, offsets in enumerate(lod):
+        where = f"feed {name!r}: LoD level {level} {list(offsets)}"
+        if len(offsets) == 0 or offsets[0] != 0:
+            raise FeedError(f"{where}: offsets must start at 0")
+        if any(b < a for a, b in zip(offsets, offsets[1:])):
+            raise FeedError(f"{where}: offsets must not decrease")
+        if count is not None and len(offsets) - 1 != count:
+            raise FeedError(f"{where}: has {len(offsets) - 1} sequences, but the level above ends at "
+                            f"offset {count}")
+        count = offsets[-1]
+    if count != rows:
+        raise FeedError(f"feed {name!r}: the last LoD level ends at offset {count}, but the data has "
+                        f"{rows} rows")
+
+
+def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...], var) -> LoDValue:
+    """A feed of a ``lod_level > 0`` variable: a LoDTensor with that many levels, as a padded
+    :class:`LoDValue` (see ``lod_value.py``)."""
+    if not isinstance(value, LoDTensor):
+        raise FeedError(f"feed {name!r}: the variable has lod_level {var.lod_level}, so it takes a LoDTensor "
+                        f"with {var.lod_level} LoD level(s) (fj.create_lod_tensor(data, lengths)); got "
+                        f"{type(value).__name__} without LoD")
+    lod = value.lod()
+    if len(lod) != var.lod_level:
+        raise FeedError(f"feed {name!r}: the variable has lod_level {var.lod_level}, but the LoDTensor has "
+                        f"{len(lod)} LoD level(s)")
+    data = check_feed(name, np.asarray(value.value()) if value.value() is not None else value, want, declared, var)
+    _check_offsets(name, lod, data.shape[0])
+    return from_host(np.asarray(data), lod)

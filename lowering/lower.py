@@ -20,6 +20,7 @@ from ..ir import callstack, dtypes, registry, shape
 from ..ir.errors import OpRuntimeError, ShapeError
 from ..ir.program import EMPTY_VAR_NAME
 from .checks import StepChecks
+from .lod_value import LoDValue
 from .context import ComputeContext, make_key
 
 GRAD_SUFFIX = "@GRAD"
@@ -51,6 +52,9 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
     values = _values(op, env)
     if checks is not None:
         checks.check_indices(op, values)
+    lod_source = _first_lod(values)
+    if lod_source is not None and op.type not in LOD_AWARE:
+        values = _strip_lod(op, values)
     ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block)
     try:
         outs = compute(ctx)
@@ -64,9 +68,68 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         values = value if isinstance(value, (list, tuple)) else [value]
         for name, v in zip(names, values):
             if v is not None and name != EMPTY_VAR_NAME:
+                if (lod_source is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
+                        and v.shape[0] == lod_source.data.shape[0] and _declared_lod(op, name)):
+                    v = LoDValue(v, lod_source.offsets)      # the output shares its input's LoD
                 env[name] = v
                 if checks is not None and checks.nan_inf and _differentiable(v):
                     checks.check_finite(op, slot, name, v)
+
+
+# Op types whose JAX rules take LoDValue inputs themselves (sequence ops, LoD-aware reductions);
+# every other op sees the padded rows of a LoD input as a plain array.
+LOD_AWARE: set[str] = set()
+
+
+def lod_aware(*types: str) -> None:
+    """Declare that the JAX rules of ``types`` (and of their ``_grad`` ops) take LoDValue inputs."""
+    for t in types:
+        LOD_AWARE.update((t, t + "_grad"))
+
+
+# Ops that mix rows: on a LoD input they would let padding rows into their result.
+_ROW_MIXING = frozenset({"batch_norm", "sync_batch_norm", "instance_norm", "group_norm", "accuracy"})
+_REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "arg_max",
+                         "arg_min"})
+
+
+def _first_lod(values: dict) -> LoDValue | None:
+    for vals in values.values():
+        for v in vals:
+            if v.__class__ is LoDValue:
+                return v
+    return None
+
+
+def _mixes_rows(op, value) -> bool:
+    if op.type in _ROW_MIXING:
+        return True
+    if op.type in _REDUCTIONS:
+        ndim = len(value.shape)
+        dims = op.attrs.get("dim", op.attrs.get("axis", [0]))
+        dims = dims if isinstance(dims, (list, tuple)) else [dims]
+        return bool(op.attrs.get("reduce_all") or op.attrs.get("flatten") or not dims
+                    or any(int(d) % max(ndim, 1) == 0 for d in dims))
+    return False
+
+
+def _strip_lod(op, values: dict) -> dict:
+    """The op's inputs with LoD values replaced by their padded rows."""
+    out = dict(values)
+    for slot, vals in values.items():
+        if any(v.__class__ is LoDValue for v in vals):
+            if any(v.__class__ is LoDValue and _mixes_rows(op, v) for v in vals):
+                raise OpRuntimeError(
+                    f"op {op.type!r} at {op.location}: input {slot} is a LoD (variable-length) value, and "
+                    f"{op.type!r} would mix its padding rows into the result; pool the sequences first "
+                    "(layer.sequence_pool) or reduce along other dimensions")
+            out[slot] = [v.data if v.__class__ is LoDValue else v for v in vals]
+    return out
+
+
+def _declared_lod(op, name: str) -> bool:
+    var = op.block.find_var(name) if hasattr(op.block, "find_var") else None
+    return bool(var is not None and var.lod_level)
 
 
 def op_rng(base_key: jax.Array, index: int) -> Callable[[], jax.Array]:
@@ -97,6 +160,9 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
     """
     fwd = registry.get(ctx.opdef.forward_type)
     primal = {s.name: ctx.inputs(s.name) for s in fwd.inputs}
+    # LoD inputs (of LoD-aware ops): differentiate with respect to their rows, offsets fixed.
+    lods = {(s, i): v for s, vs in primal.items() for i, v in enumerate(vs) if v.__class__ is LoDValue}
+    primal = {s: [v.data if v.__class__ is LoDValue else v for v in vs] for s, vs in primal.items()}
     grad_names = ctx._out_names
     wanted = [(s.name, i) for s in fwd.inputs if s.name not in fwd.no_grad_inputs
               for i in range(len(primal[s.name]))
@@ -110,9 +176,12 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
         values = {k: list(v) for k, v in primal.items()}
         for (slot, i), v in zip(wanted, diff_values):
             values[slot][i] = v
+        for (slot, i), lod in lods.items():
+            values[slot][i] = LoDValue(values[slot][i], lod.offsets)
         fctx = ComputeContext(fwd, ctx.op, values, ctx._attrs, None, out_names=fwd_out_names)
         outs = fwd.compute(fctx)
-        return [outs[s] if isinstance(outs[s], (list, tuple)) else [outs[s]] for s in out_slots]
+        return [[o.data if o.__class__ is LoDValue else o
+                 for o in (outs[s] if isinstance(outs[s], (list, tuple)) else [outs[s]])] for s in out_slots]
 
     diff_values = [primal[s][i] for s, i in wanted]
     outs, vjp = jax.vjp(forward, diff_values)
@@ -122,6 +191,8 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
         cts = []
         for j, v in enumerate(values):
             g = given[j] if j < len(given) else None
+            if g.__class__ is LoDValue:
+                g = g.data
             if g is None or not _differentiable(v):
                 g = jnp.zeros_like(v) if _differentiable(v) else np.zeros(v.shape, jax.dtypes.float0)
             else:

@@ -27,12 +27,20 @@ def parse(program_bytes: bytes) -> "paddle.static.Program":
 
 
 def run(program, feed: Mapping[str, np.ndarray], fetch: Iterable[str],
-        params: Mapping[str, np.ndarray] | None = None, scope=None) -> list[np.ndarray]:
+        params: Mapping[str, np.ndarray] | None = None, scope=None,
+        lods: Mapping[str, list] | None = None) -> list[np.ndarray]:
     """Run a Paddle program (or our serialized bytes) with ``params`` put in a fresh scope first.
 
     Returns the fetched values as NumPy arrays. ``scope`` lets a caller keep the scope across runs
-    (pass a ``paddle.static.Scope()``).
+    (pass a ``paddle.static.Scope()``). ``lods`` gives the recursive sequence lengths of the feeds
+    that are LoD tensors.
     """
+    outs = run_lod(program, feed, fetch, params, scope, lods)
+    return [np.array(o) for o in outs]
+
+
+def run_lod(program, feed, fetch, params=None, scope=None, lods=None) -> list:
+    """Like :func:`run`, returning Paddle's LoDTensors (``np.array(t)``, ``t.lod()``)."""
     if isinstance(program, (bytes, bytearray)):
         program = parse(bytes(program))
     scope = scope if scope is not None else paddle.static.Scope()
@@ -41,8 +49,10 @@ def run(program, feed: Mapping[str, np.ndarray], fetch: Iterable[str],
     with paddle.static.scope_guard(scope):
         for name, value in (params or {}).items():
             scope.var(name).get_tensor().set(np.ascontiguousarray(value), place)
-        outs = exe.run(program, feed=dict(feed), fetch_list=list(fetch), return_numpy=False)
-    return [np.array(o) for o in outs]
+        feed = dict(feed)
+        for name, lengths in (lods or {}).items():
+            feed[name] = paddle.base.create_lod_tensor(np.ascontiguousarray(feed[name]), lengths, place)
+        return exe.run(program, feed=feed, fetch_list=list(fetch), return_numpy=False)
 
 
 def scope_values(scope, names: Iterable[str]) -> dict[str, np.ndarray]:

@@ -35,8 +35,10 @@ def _is_float(array) -> bool:
 class Built:
     """A one-op program for a row, with its feeds and the names of its inputs and outputs."""
 
-    def __init__(self, case: Case, loss_weights: dict[str, list[np.ndarray]] | None = None):
+    def __init__(self, case: Case, loss_weights: dict[str, list[np.ndarray]] | None = None,
+                 weight_lods: dict[str, list] | None = None):
         self.case = case
+        self.lods: dict[str, list] = {}        # feed name -> recursive sequence lengths
         opdef = registry.get(case.op)
         self.main, self.startup = fj.Program(), fj.Program()
         self.feed: dict[str, np.ndarray] = {}
@@ -53,7 +55,10 @@ class Built:
                     shape = tuple(arr.shape)
                     if arr.ndim >= 1 and (batch is None or slot in batch):
                         shape = (-1,) + shape[1:]
-                    block.create_var(name, shape, arr.dtype, stop_gradient=not _is_float(arr))
+                    lengths = case.lod.get(slot) if i == 0 else None
+                    if lengths is not None:
+                        self.lods[name] = lengths
+                    block.create_var(name, shape, arr.dtype, len(lengths or ()), stop_gradient=not _is_float(arr))
                     self.feed[name] = arr
                     names.append(name)
                 self.inputs[slot] = names
@@ -70,8 +75,11 @@ class Built:
                 for slot, weights in loss_weights.items():
                     for name, w in zip(self.outputs[slot], weights):
                         wname = f"w_{name}"
-                        block.create_var(wname, w.shape, w.dtype, stop_gradient=True)
+                        lengths = (weight_lods or {}).get(name)
+                        block.create_var(wname, w.shape, w.dtype, len(lengths or ()), stop_gradient=True)
                         self.feed[wname] = w
+                        if lengths:                   # a LoD output is weighted by a LoD tensor
+                            self.lods[wname] = lengths
                         prod = block.create_var(f"prod_{name}", (), w.dtype)
                         block.append_op("elementwise_mul", {"X": name, "Y": wname}, {"Out": prod})
                         term = block.create_var(f"mean_{name}", (), w.dtype)
@@ -95,9 +103,24 @@ class Built:
                 for n in self.inputs.get(slot, []) if _is_float(self.feed[n])]
 
 
-def _run_fluidjax(built: Built, fetch: list[str]) -> list[np.ndarray]:
+def _fluidjax_feed(built: Built, feed: dict) -> dict:
+    """``feed`` with the LoD inputs of the row as LoDTensors."""
+    out = dict(feed)
+    for name, lengths in built.lods.items():
+        tensor = fj.LoDTensor(np.asarray(feed[name]))
+        tensor.set_recursive_sequence_lengths(lengths)
+        out[name] = tensor
+    return out
+
+
+def _run_fluidjax(built: Built, fetch: list[str], return_numpy: bool = True) -> list:
     exe = fj.Executor()
-    return exe.run(built.main, feed=built.feed, fetch_list=fetch, scope=fj.Scope())
+    return exe.run(built.main, feed=_fluidjax_feed(built, built.feed), fetch_list=fetch, scope=fj.Scope(),
+                   return_numpy=return_numpy)
+
+
+def _recursive_lengths(lod) -> list[list[int]]:
+    return [[b - a for a, b in zip(level, level[1:])] for level in lod]
 
 
 def _assert_close(actual, expected, rtol, atol, what):
@@ -113,7 +136,7 @@ def _reference_outputs(case: Case, built: Built, fetch: list[str]) -> list[np.nd
     if case.paddle:
         import paddle_oracle as po
 
-        return po.run(built.main.serialize(), built.feed, fetch)
+        return po.run(built.main.serialize(), built.feed, fetch, lods=built.lods)
     ref = case.oracle({k: v for k, v in case.inputs.items()}, case.attrs)
     return [np.asarray(v) for slot in case.outputs for v in _as_list(ref[slot])]
 
@@ -123,6 +146,17 @@ def test_forward_and_shapes(case: Case):
     built = Built(case)
     fetch = built.compared_outputs()
     ours = _run_fluidjax(built, fetch)
+    if case.lod:
+        # LoD levels: what the build inferred is what the run produced, and the LoD is Paddle's.
+        import paddle_oracle as po
+
+        raw = _run_fluidjax(built, fetch, return_numpy=False)
+        theirs = po.run_lod(built.main.serialize(), built.feed, fetch, lods=built.lods)
+        for name, value, reference in zip(fetch, raw, theirs):
+            lod = value.lod() if isinstance(value, fj.LoDTensor) else []
+            var = built.main.global_block().var(name)
+            assert var.lod_level == len(lod), f"{name}: built with lod_level {var.lod_level}, ran with LoD {lod}"
+            assert lod == [list(level) for level in reference.lod()], f"{name}: LoD {lod} vs Paddle's {reference.lod()}"
     # Build-time shapes (batch -1) agree with run-time shapes and dtypes.
     for name, value in zip(fetch, ours):
         var = built.main.global_block().var(name)
@@ -133,10 +167,21 @@ def test_forward_and_shapes(case: Case):
     # Full shape inference with concrete feeds gives the run-time shapes exactly.
     inferred = fj.infer_shapes(built.main, {k: v.shape for k, v in built.feed.items()})
     for name, value in zip(fetch, ours):
-        assert inferred[name] == value.shape, f"{name}: infer_shapes gave {inferred[name]}, ran {value.shape}"
+        # The number of sequences of a LoD input is not in its shape: those dims stay -1.
+        assert all(i == r or (case.lod and i < 0) for i, r in zip(inferred[name], value.shape)) and \
+            len(inferred[name]) == value.ndim, f"{name}: infer_shapes gave {inferred[name]}, ran {value.shape}"
     expected = _reference_outputs(case, built, fetch)
     for name, a, e in zip(fetch, ours, expected):
         _assert_close(a, e, case.rtol, case.atol, f"{case.id}: output {name}")
+
+
+def _output_lods(case: Case, built: Built) -> dict[str, list]:
+    """Recursive sequence lengths of the row's LoD outputs (empty for a row without LoD)."""
+    if not case.lod:
+        return {}
+    fetch = built.compared_outputs()
+    raw = _run_fluidjax(built, fetch, return_numpy=False)
+    return {n: _recursive_lengths(v.lod()) for n, v in zip(fetch, raw) if isinstance(v, fj.LoDTensor) and v.lod()}
 
 
 def _loss_weights(case: Case, built: Built, values: list[np.ndarray]) -> dict[str, list[np.ndarray]]:
@@ -169,7 +214,7 @@ def test_gradients(case: Case):
     weights = _loss_weights(case, forward, values)
     if not weights:
         pytest.skip("no float output to differentiate")
-    built = Built(case, weights)
+    built = Built(case, weights, _output_lods(case, forward))
     targets = built.grad_inputs()
     if not targets:
         pytest.skip("no float input to differentiate")
@@ -186,7 +231,7 @@ def test_gradients(case: Case):
         prog = po.parse(forward_bytes)
         with paddle.static.program_guard(prog):
             paddle.static.append_backward(prog.global_block().var(built.loss.name))
-        expected = po.run(prog, built.feed, grad_names)
+        expected = po.run(prog, built.feed, grad_names, lods=built.lods)
         for name, a, e in zip(grad_names, ours, expected):
             _assert_close(a, e, case.grad_rtol, case.grad_atol, f"{case.id}: gradient {name} vs Paddle")
 
@@ -202,7 +247,7 @@ def _check_finite_differences(built: Built, targets, grads, case: Case, eps=1e-6
     rng = np.random.default_rng(3)
 
     def loss_at(feed):
-        (value,) = exe.run(built.main, feed=feed, fetch_list=[built.loss.name], scope=scope)
+        (value,) = exe.run(built.main, feed=_fluidjax_feed(built, feed), fetch_list=[built.loss.name], scope=scope)
         return float(value)
 
     for target, grad in zip(targets, grads):

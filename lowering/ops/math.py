@@ -7,10 +7,12 @@ reuse :func:`align_y` and :func:`elementwise_shape` from here (``logic.py``).
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext, same_as
+from ..lod_value import LoDValue
 from ._shapes import dims_equal, paddle_broadcast
 
 
@@ -156,5 +158,11 @@ def _scalar_shape(ctx: InferShapeContext) -> None:
 
 @op("mean", inputs="X", outputs="Out", infer_shape=_scalar_shape)
 def mean(ctx):
-    """The mean of all elements of X, as a 0-d tensor."""
-    return {"Out": jnp.mean(ctx.input("X"))}
+    """The mean of all elements of X, as a 0-d tensor (of a LoD input: of its real rows only)."""
+    x = ctx.input("X")
+    if x.__class__ is LoDValue:
+        mask = x.row_mask().reshape((-1,) + (1,) * (x.data.ndim - 1))
+        total = jnp.sum(jnp.where(mask, x.data, jnp.zeros((), x.data.dtype)))
+        per_row = max(1, int(np.prod(x.data.shape[1:])))
+        return {"Out": total / (x.row_count() * per_row).astype(x.data.dtype)}
+    return {"Out": jnp.mean(x)}

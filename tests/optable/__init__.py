@@ -37,6 +37,10 @@ class Case:
                replaces the comparisons.
     no_grad_outputs: output slots left out of the loss used for gradients.
     name:      distinguishes several rows of one op.
+    lod:       slot -> recursive sequence lengths: that slot's (first) input is a LoD tensor with
+               those lengths (its variable gets ``lod_level = len(lengths)``), fed as a LoDTensor
+               to both systems; LoD outputs are then compared with their LoD, and the build-time
+               ``lod_level`` of every output must equal the run-time number of LoD levels.
     """
 
     op: str
@@ -55,6 +59,7 @@ class Case:
     check: Callable | None = None
     no_grad_outputs: tuple[str, ...] = ()
     name: str = ""
+    lod: dict[str, list[list[int]]] = dataclasses.field(default_factory=dict)
 
     @property
     def id(self) -> str:

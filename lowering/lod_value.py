@@ -1,0 +1,106 @@
+"""LoD values inside ``jax.jit``: rows padded to a bucket, plus the offsets of every level.
+
+A variable with ``lod_level > 0`` is, inside a compiled step, a :class:`LoDValue` (a pytree):
+
+- ``data``: the rows, padded with zeros to a *bucket* — the next power of two of the real row
+  count — so an epoch of batches with random lengths compiles at most ⌈log2(longest)⌉ + 1 times;
+- ``offsets``: one int32 array per level, Paddle's offsets. The outermost level keeps its real
+  length (the number of top-level sequences: the batch size, which is part of the step's
+  signature like any batch dimension). Inner levels are padded to a bucket as well, by repeating
+  their last offset: the padding is empty sequences at the end.
+
+The real row count is the last offset of the last level. Rows past it belong to no sequence:
+sequence ops drop them (their segment ids fall outside), ops that act row by row (``fc``,
+activations) compute on them harmlessly, and a fetched LoD value is cut back to its real rows.
+Ops that mix rows (reductions over the row dimension) must be LoD-aware; ``mean`` is.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def bucket(n: int) -> int:
+    """The padded size for ``n`` real entries: the next power of two (1 for 0 or 1)."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+@jax.tree_util.register_pytree_node_class
+class LoDValue:
+    """Padded rows and per-level offsets (see the module docstring)."""
+
+    __slots__ = ("data", "offsets")
+
+    def __init__(self, data, offsets: Sequence) -> None:
+        self.data = data
+        self.offsets = tuple(offsets)
+
+    def tree_flatten(self):
+        return (self.data, *self.offsets), len(self.offsets)
+
+    @classmethod
+    def tree_unflatten(cls, levels, children):
+        return cls(children[0], children[1:1 + levels])
+
+    @property
+    def shape(self):
+        return self.data.shape
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def lod_level(self) -> int:
+        return len(self.offsets)
+
+    def row_count(self):
+        """The real number of rows (traced inside jit)."""
+        return self.offsets[-1][-1]
+
+    def row_mask(self):
+        """A [rows] bool mask of the real rows."""
+        return jnp.arange(self.data.shape[0]) < self.row_count()
+
+    def segment_ids(self):
+        """For each row, the index of its sequence in the last level (padding rows: past the end)."""
+        last = self.offsets[-1]
+        return jnp.searchsorted(last[1:], jnp.arange(self.data.shape[0], dtype=last.dtype), side="right")
+
+    def __repr__(self) -> str:
+        return f"LoDValue(data={getattr(self.data, 'shape', '?')}, levels={len(self.offsets)})"
+
+
+def from_host(data: np.ndarray, lod: Sequence[Sequence[int]]) -> LoDValue:
+    """A padded :class:`LoDValue` of NumPy arrays from Paddle's (data, offsets)."""
+    rows = data.shape[0]
+    padded_rows = bucket(rows)
+    if padded_rows != rows:
+        pad = np.zeros((padded_rows - rows,) + data.shape[1:], data.dtype)
+        data = np.concatenate([data, pad])
+    offsets = []
+    for level, level_offsets in enumerate(lod):
+        arr = np.asarray(level_offsets, np.int32)
+        if level > 0:                     # inner levels: pad with empty sequences at the end
+            count = len(arr) - 1
+            extra = bucket(count) - count
+            if extra:
+                arr = np.concatenate([arr, np.full(extra, arr[-1], np.int32)])
+        offsets.append(arr)
+    return LoDValue(data, offsets)
+
+
+def to_host(value: LoDValue) -> tuple[np.ndarray, list[list[int]]]:
+    """A fetched :class:`LoDValue` cut back to its real rows and sequences: (data, lod)."""
+    offsets = [np.asarray(o) for o in value.offsets]
+    lod = []
+    count = len(offsets[0]) - 1
+    for arr in offsets:
+        level = arr[:count + 1].tolist()
+        lod.append(level)
+        count = level[-1]
+    return np.asarray(value.data)[:count], lod

@@ -1,0 +1,88 @@
+"""Sequence (LoD) ops: their rules take :class:`~fluidjax.lowering.lod_value.LoDValue` inputs.
+
+Inside a compiled step a LoD input is padded rows plus offsets (``lowering/lod_value.py``);
+these rules are segment operations over the last LoD level, and padding rows never reach a
+result: their segment ids fall past the last sequence and are dropped.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ...ir.registry import op
+from ...ir.shape import InferShapeContext
+from ..lod_value import LoDValue
+from ..lower import lod_aware
+
+_POOL_TYPES = ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST")
+
+
+def _sequence_pool_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.check(x.lod_level >= 1, f"X must be a LoD tensor (lod_level >= 1), got lod_level {x.lod_level}: "
+                                "declare it with layer.data(..., lod_level=1)")
+    pool = str(ctx.attr("pooltype")).upper()
+    ctx.check(pool in _POOL_TYPES, f"pooltype must be one of {list(_POOL_TYPES)}, got {ctx.attr('pooltype')!r}")
+    shape = (-1,) + tuple(x.shape[1:])
+    ctx.set_output("Out", shape, x.dtype, x.lod_level - 1)
+    ctx.set_output("MaxIndex", shape, "int32", x.lod_level - 1)
+
+
+def _broadcast_rows(v, like):
+    return v.reshape(v.shape + (1,) * (like.ndim - 1))
+
+
+@op("sequence_pool", inputs="X", outputs="Out MaxIndex?",
+    attrs={"is_test": False, "pooltype": "AVERAGE", "pad_value": 0.0},
+    infer_shape=_sequence_pool_shape, no_grad_outputs=["MaxIndex"])
+def sequence_pool(ctx):
+    """Pool each sequence of the last LoD level into one row: ``SUM``, ``AVERAGE`` (sum / length),
+    ``SQRT`` (sum / sqrt(length)), ``MAX`` (per column; MaxIndex holds the row it came from),
+    ``LAST``, ``FIRST``. An empty sequence gives a row of ``pad_value``. Out keeps the LoD levels
+    above the last one (a lod_level 2 input gives a lod_level 1 output).
+
+    As in Paddle, the gradient of MAX goes to the first row holding the maximum.
+    """
+    x = ctx.input("X")
+    if x.__class__ is not LoDValue:
+        raise TypeError("sequence_pool needs a LoD input (fed as a LoDTensor)")
+    data, offsets = x.data, x.offsets[-1]
+    count = offsets.shape[0] - 1
+    rows = data.shape[0]
+    seg = x.segment_ids()
+    lengths = offsets[1:] - offsets[:-1]
+    pool = str(ctx.attr("pooltype")).upper()
+    max_index = None
+    if pool in ("SUM", "AVERAGE", "SQRT"):
+        out = jax.ops.segment_sum(data, seg, num_segments=count)
+        if pool != "SUM":
+            n = lengths.astype(data.dtype)
+            n = jnp.sqrt(n) if pool == "SQRT" else n
+            out = out / _broadcast_rows(jnp.maximum(n, jnp.ones((), data.dtype)), out)
+    elif pool == "MAX":
+        best = jax.ops.segment_max(data, seg, num_segments=count)
+        row = _broadcast_rows(jnp.arange(rows, dtype=jnp.int32), data)
+        safe_seg = jnp.minimum(seg, count - 1) if count else seg
+        hit = (data == best[safe_seg]) & _broadcast_rows(seg < count, data)
+        candidates = jnp.where(hit, jnp.broadcast_to(row, data.shape), rows)
+        max_index = jax.ops.segment_min(candidates, seg, num_segments=count)
+        max_index = jnp.minimum(max_index, rows - 1)
+        out = jnp.take_along_axis(data, max_index.reshape(count, -1).reshape(max_index.shape), axis=0) \
+            if data.ndim > 1 else data[max_index]
+    else:
+        pick = offsets[1:] - 1 if pool == "LAST" else offsets[:-1]
+        out = data[jnp.clip(pick, 0, rows - 1)]
+    empty = _broadcast_rows(lengths == 0, out)
+    out = jnp.where(empty, jnp.asarray(ctx.attr("pad_value"), out.dtype), out)
+    if max_index is None:
+        max_index = jnp.zeros(out.shape, jnp.int32)
+    else:
+        max_index = jnp.where(empty, -1, max_index).astype(jnp.int32)     # Paddle: -1 for empty
+    if x.lod_level > 1:
+        upper = x.offsets[:-1]
+        return {"Out": LoDValue(out, upper), "MaxIndex": LoDValue(max_index, upper)}
+    return {"Out": out, "MaxIndex": max_index}
+
+
+lod_aware("sequence_pool", "mean")

@@ -1,0 +1,157 @@
+"""LoD values at run time: feeding, bucketing, sequence_pool against Paddle, the seed's inputs."""
+
+import math
+
+import numpy as np
+import pytest
+
+import fluidjax as fj
+from fluidjax import layer
+from fluidjax.frontend.sequence_layers import sequence_pool
+
+POOLS = ["sum", "average", "sqrt", "max", "last", "first"]
+
+
+def _lod_tensor(data, lengths):
+    t = fj.LoDTensor(np.asarray(data))
+    t.set_recursive_sequence_lengths(lengths)
+    return t
+
+
+def _pool_program(pool, width=3, lod_level=1, pad_value=0.0):
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=width, lod_level=lod_level, stop_gradient=False)
+        out = sequence_pool(x, pool, pad_value=pad_value)
+        loss = layer.mean(layer.elementwise_mul(out, out))
+        grads = fj.append_backward(loss)
+        del grads
+    return main, x, out, loss
+
+
+def _paddle_pool(pool, data, lengths, pad_value=0.0):
+    import paddle
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [-1, data.shape[1]], "float32", lod_level=len(lengths))
+        x.stop_gradient = False
+        out = paddle.static.nn.sequence_pool(x, pool, pad_value=pad_value)
+        loss = paddle.mean(paddle.multiply(out, out))
+        paddle.static.append_backward(loss)
+    place = paddle.CPUPlace()
+    exe = paddle.static.Executor(place)
+    t = paddle.base.create_lod_tensor(data, lengths, place)
+    got = exe.run(main, feed={"x": t}, fetch_list=[out, loss, "x@GRAD"], return_numpy=False)
+    return [np.array(v) for v in got], got[0].lod()
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_sequence_pool_matches_paddle_with_an_empty_sequence(pool):
+    rng = np.random.default_rng(0)
+    lengths = [[3, 0, 1, 4]]
+    data = rng.standard_normal((8, 3)).astype(np.float32)
+    main, x, out, loss = _pool_program(pool, pad_value=0.5)
+    exe = fj.Executor()
+    ours = exe.run(main, feed={"x": _lod_tensor(data, lengths)}, fetch_list=[out, loss, "x@GRAD"])
+    theirs, _ = _paddle_pool(pool, data, lengths, pad_value=0.5)
+    for a, b, what in zip(ours, theirs, ("Out", "loss", "X@GRAD")):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"{pool} {what}")
+
+
+@pytest.mark.parametrize("pool", ["sum", "max", "last"])
+def test_two_levels_pool_to_one_level_like_paddle(pool):
+    rng = np.random.default_rng(1)
+    lengths = [[2, 1], [3, 1, 2]]                    # 2 paragraphs: 2 and 1 sentences; 3 sentences
+    data = rng.standard_normal((6, 4)).astype(np.float32)
+    main, x, out, loss = _pool_program(pool, width=4, lod_level=2)
+    out_t, loss_v = fj.Executor().run(main, feed={"x": _lod_tensor(data, lengths)}, fetch_list=[out, loss],
+                                      return_numpy=False)
+    theirs, lod = _paddle_pool(pool, data, lengths)
+    np.testing.assert_allclose(np.asarray(out_t), theirs[0], rtol=1e-5)
+    assert out_t.lod() == lod == [[0, 2, 3]]
+    np.testing.assert_allclose(np.asarray(loss_v), theirs[1], rtol=1e-5)
+
+
+def test_padding_never_reaches_a_result():
+    """The same sequences alone and inside a larger, differently padded batch give the same rows."""
+    rng = np.random.default_rng(2)
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        words = layer.data("w", dims=5, lod_level=1)
+        hidden = layer.fc(words, 4, activation="tanh")              # acts on the padded rows too
+        pooled = sequence_pool(hidden, "average")
+        total = layer.mean(hidden)                                  # a LoD-aware reduction
+    exe = fj.Executor()
+    exe.run(startup)
+    seqs = [rng.standard_normal((n, 5)).astype(np.float32) for n in (3, 5)]
+    extra = [rng.standard_normal((n, 5)).astype(np.float32) for n in (9, 1, 7)]
+
+    def run(batch):
+        data = np.concatenate(batch)
+        return exe.run(main, feed={"w": _lod_tensor(data, [[len(s) for s in batch]])}, fetch_list=[pooled, total])
+
+    alone, alone_mean = run(seqs)                                    # 8 rows: bucket 8
+    mixed, _ = run(seqs + extra)                                     # 25 rows: bucket 32
+    np.testing.assert_allclose(mixed[:2], alone, rtol=1e-6, atol=1e-7)
+    hidden_rows = np.tanh(np.concatenate(seqs) @ np.asarray(fj.global_scope().find_var("fc_0.w_0").get_tensor())
+                          + np.asarray(fj.global_scope().find_var("fc_0.b_0").get_tensor()))
+    np.testing.assert_allclose(alone_mean, hidden_rows.mean(), rtol=1e-5)
+
+
+def test_an_epoch_of_random_lengths_compiles_logarithmically_often():
+    rng = np.random.default_rng(3)
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        words = layer.data("w", dims=2, lod_level=1)
+        out = sequence_pool(words, "sum")
+    exe = fj.Executor()
+    longest = 0
+    for _ in range(60):
+        lengths = rng.integers(1, 40, size=8)
+        longest = max(longest, int(lengths.sum()))
+        data = np.ones((int(lengths.sum()), 2), np.float32)
+        got, = exe.run(main, feed={"w": _lod_tensor(data, [lengths.tolist()])}, fetch_list=[out])
+        np.testing.assert_array_equal(got[:, 0], lengths)
+    assert exe.trace_count <= math.ceil(math.log2(longest)) + 1
+
+
+def test_seed_paragraph_and_video_inputs_run():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        paragraph = layer.data("paragraph", lod_level=2, input_size=60)
+        sentences = sequence_pool(paragraph, "sum")                  # words -> sentences
+        paragraphs = sequence_pool(sentences, "average")            # sentences -> paragraphs
+        p_out = layer.fc(paragraphs, 8)
+        video = layer.data("video", lod_level=1, input_size=48)
+        v_out = layer.fc(sequence_pool(video, "max"), 8)
+    assert sentences.lod_level == 1 and paragraphs.lod_level == 0
+    exe = fj.Executor()
+    exe.run(startup)
+    rng = np.random.default_rng(4)
+    para = _lod_tensor(rng.standard_normal((9, 60)).astype(np.float32), [[2, 1], [3, 4, 2]])
+    vid = _lod_tensor(rng.standard_normal((5, 48)).astype(np.float32), [[2, 3]])
+    a, b = exe.run(main, feed={"paragraph": para, "video": vid}, fetch_list=[p_out, v_out])
+    assert a.shape == (2, 8) and b.shape == (2, 8)
+    data = np.asarray(para)
+    expected = np.stack([(data[0:3].sum(0) + data[3:7].sum(0)) / 2, data[7:9].sum(0)])
+    w = np.asarray(fj.global_scope().find_var("fc_0.w_0").get_tensor())
+    bias = np.asarray(fj.global_scope().find_var("fc_0.b_0").get_tensor())
+    np.testing.assert_allclose(a, expected @ w + bias, rtol=1e-4, atol=1e-5)
+
+
+def test_lod_feeds_are_checked_by_name():
+    x = layer.data("x", dims=2, lod_level=1)
+    out = sequence_pool(x, "sum")
+    exe = fj.Executor()
+    with pytest.raises(fj.FeedError, match="'x'.*lod_level 1.*LoDTensor"):
+        exe.run(feed={"x": np.ones((3, 2), np.float32)}, fetch_list=[out])
+    two = fj.LoDTensor(np.ones((3, 2), np.float32))
+    two.set_recursive_sequence_lengths([[1], [3]])
+    with pytest.raises(fj.FeedError, match="'x'.*2 LoD level"):
+        exe.run(feed={"x": two}, fetch_list=[out])
+    bad = fj.LoDTensor(np.ones((3, 2), np.float32))
+    bad.set_lod([[0, 2]])
+    with pytest.raises(fj.FeedError, match="ends at offset 2, but the data has 3 rows"):
+        exe.run(feed={"x": bad}, fetch_list=[out])
