@@ -43,13 +43,20 @@ class Report:
     reached_run: int = 0
     runs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     failures: list = dataclasses.field(default_factory=list)
+    known: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    known_examples: dict = dataclasses.field(default_factory=dict)
 
     def add(self, seed: str, index: int, out: dict) -> None:
         self.mutants += 1
         self.by_seed[seed] += 1
         if "bug" in out:
             stage, cls, message, trace = out["bug"]
-            self.failures.append(f"{seed}:{index} {stage}: {cls}: {message}\n{trace}")
+            known = _known_elsewhere(stage, cls, trace)
+            if known:
+                self.known[known] += 1
+                self.known_examples.setdefault(known, f"{seed}:{index}")
+            else:
+                self.failures.append(f"{seed}:{index} {stage}: {cls}: {message}\n{trace}")
         parse = out.get("parse")
         if parse is None:
             return
@@ -86,9 +93,29 @@ class Report:
             lines.append(f"    {count:7d}  {what}")
         lines.append(f"  Executor runs: {self.reached_run} "
                      f"({', '.join(f'{k} {v}' for k, v in self.runs.most_common())})")
+        for what, count in self.known.items():
+            lines.append(f"  known bug in code owned elsewhere, not counted as a failure: {count} x {what} "
+                         f"(e.g. {self.known_examples[what]})")
         lines.append(f"  failures: {len(self.failures)}")
         lines.extend("    " + f.replace("\n", "\n    ") for f in self.failures[:20])
         return "\n".join(lines)
+
+
+# Untyped errors from code this fuzzer's owner does not own, reported to its owner: listed here
+# (stage, exception class, a line of the traceback) so they are counted and shown but do not fail
+# the test. A fix changes the traceback, and the entry stops matching: delete it then.
+KNOWN_ELSEWHERE = [
+    ("run", "KeyError", "fetches = [env[n] for n in fetch_names]",
+     "lowering/executor.py: a fetch that an op names as its output but whose JAX rule does not "
+     "produce it (an op retyped to one without that output slot) is a KeyError inside the step"),
+]
+
+
+def _known_elsewhere(stage: str, cls: str, trace: str) -> str | None:
+    for k_stage, k_cls, k_line, what in KNOWN_ELSEWHERE:
+        if stage == k_stage and cls == k_cls and k_line in trace:
+            return what
+    return None
 
 
 _BLOCK_INDEX = re.compile(r"\[\d+\]")

@@ -30,11 +30,15 @@ class Seed:
 
 
 def _relative_callstacks(program: fj.Program) -> None:
+    """Keep the innermost frame of this file only, with the repository path replaced: callers' frames
+    (pytest's, a fixture's, the replay CLI's) would make the bytes depend on who built the seed."""
     for block in program.blocks:
         for op in block.ops:
             stack = op.attrs.get("op_callstack")
             if stack:
-                op.attrs["op_callstack"] = [line.replace(REPO_ROOT, "<repo>") for line in stack]
+                pairs = [p for p in zip(stack[0::2], stack[1::2])  # ('  File "...", line N, in f', '    source')
+                         if "fuzz" + os.sep + "seeds.py" in p[0]]
+                op.attrs["op_callstack"] = [line.replace(REPO_ROOT, "<repo>") for line in pairs[-1]] if pairs else []
 
 
 def _programs():
