@@ -7,6 +7,8 @@ Paddle's wire format — lowered to ``jax.jit`` functions that run on CPU, GPU o
 >>> y = layer.fc(x, output_size=100, activation="softmax")
 """
 
+import sys as _sys
+
 from . import ir, lowering  # noqa: F401  (lowering registers the ops)
 from .frontend import ParamAttr, Variable, clip, initializer, optimizer, program_guard, regularizer
 from .frontend import layers as layer
@@ -16,6 +18,11 @@ from .ir import (FeedError, FluidJaxError, IndexOutOfRangeError, NumericCheckErr
                  unique_name)
 from .lowering import CPUPlace, CUDAPlace, Executor, LoDTensor, Scope, TPUPlace, global_scope
 from .lowering.flags import get_flags, set_flags
+from .frontend import DataFeeder, batch, reader
+from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
+
+# `import fluidjax.reader` / `from fluidjax.reader import shuffle` work like the attribute.
+_sys.modules[__name__ + ".reader"] = reader
 
 __version__ = "0.1.0"
 
@@ -26,4 +33,5 @@ __all__ = [
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",
     "program_guard", "unique_name", "optimizer", "regularizer", "clip",
+    "DataFeeder", "batch", "create_lod_tensor", "create_random_int_lodtensor", "reader",
 ]

@@ -4,5 +4,8 @@ from . import clip, initializer, layers, math_sugar, optimizer, regularizer  # n
 from .framework import program_guard
 from .param_attr import ParamAttr
 from .seed_variable import Variable
+from . import reader  # noqa: F401,E402
+from .data_feeder import DataFeeder
+from .reader import batch
 
-__all__ = ["ParamAttr", "Variable", "clip", "initializer", "layers", "optimizer", "program_guard", "regularizer"]
+__all__ = ["DataFeeder", "batch", "reader", "ParamAttr", "Variable", "clip", "initializer", "layers", "optimizer", "program_guard", "regularizer"]
