@@ -27,6 +27,7 @@ import numpy as np
 
 from ..ir import registry
 from ..ir.errors import IndexOutOfRangeError
+from .lod_value import LoDValue
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,13 +96,18 @@ class HostIndexCheck:
     variable: str
 
     def __call__(self, value) -> None:
-        arr = np.asarray(getattr(value, "data", value))      # a LoD feed: its (zero-padded) rows
+        if value.__class__ is LoDValue:
+            value = value.data                                 # a LoD feed: its (zero-padded) rows
+        arr = np.asarray(value)
         if self.spec.component is not None:
             arr = arr[..., self.spec.component]
         if arr.size == 0:
             return
-        lo, hi = arr.min(), arr.max()
-        if lo >= 0 and hi < self.spec.size:
+        kind = arr.dtype.kind
+        # One reduction: seen as unsigned, a negative index is huge, so max < size checks both ends.
+        if kind == "i" and arr.view(arr.dtype.str.replace("i", "u")).max() < self.spec.size:
+            return
+        if kind == "u" and arr.max() < self.spec.size:
             return
         bad = (arr < 0) | (arr >= self.spec.size)
         if self.spec.ignore is not None:

@@ -16,6 +16,8 @@ import dataclasses
 import secrets
 import threading
 import weakref
+from itertools import repeat
+from operator import is_not
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -92,7 +94,7 @@ class _Plan:
     host_checks: dict = dataclasses.field(default_factory=dict)   # feed name -> [HostIndexCheck]
     host_checked: frozenset = frozenset()  # (id(op), slot, component) of the index inputs checked on the host
     feed_specs: tuple = ()                 # (name, dtype, declared shape, variable, host checks) per feed
-    last_scope: tuple | None = None        # (weakref to the last scope, its tensor cache)
+    last_scope: tuple | None = None        # the last scope's binding: see Executor._bind
     check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
     empty_undefined: str | None = None     # an op type that cannot take an empty batch
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
@@ -273,8 +275,15 @@ class Executor:
         feeds = self._check_feeds(plan, feed)
         for hook in program.run_hooks:
             hook(scope)
-        mutable = self._gather(plan, plan.mutable_state, scope)
-        const = self._gather(plan, plan.const_state, scope)
+        binding = plan.last_scope
+        if binding is None or binding[0]() is not scope:
+            binding = self._bind(plan, scope)
+        mutable = tuple([t._value for t in binding[1]])
+        const = tuple([t._value for t in binding[2]])
+        if not (all(map(is_not, mutable, repeat(None))) and all(map(is_not, const, repeat(None)))):
+            binding = self._bind(plan, scope, refresh=True)   # raises for a variable without a value
+            mutable = tuple([t._value for t in binding[1]])
+            const = tuple([t._value for t in binding[2]])
         seed = None
         if plan.random:
             count = self._runs.get(program._uid, 0)
@@ -395,8 +404,9 @@ class Executor:
             fixed_random_ops=fixed,
             on_host=not feed_names and not external and host_init.can_run(jit_ops),
         )
-        plan.feed_specs = tuple((n, plan.feed_dtypes[n], plan.feed_shapes[n], block.var(n), tuple(host_checks.get(n, ())))
-                                for n in feed_names)
+        plan.feed_specs = tuple((n, plan.feed_dtypes[n], plan.feed_shapes[n], block.var(n),
+                                 tuple(host_checks.get(n, ())), _fast_tail(plan.feed_shapes[n]),
+                                 len(plan.feed_shapes[n])) for n in feed_names)
         return plan
 
     @staticmethod
@@ -465,13 +475,13 @@ class Executor:
     # -- feeds and state -----------------------------------------------------------------------
     def _check_feeds(self, plan: _Plan, feed: Mapping[str, Any]) -> tuple:
         out = []
-        for name, want, declared, var, host_checks in plan.feed_specs:
+        for name, want, declared, var, host_checks, tail, rank in plan.feed_specs:
             value = feed[name]
             if var.lod_level:
                 value = check_lod_feed(name, value, want, declared, var)
-            # The common case in three comparisons; anything else goes through check_feed.
-            elif not (value.__class__ is np.ndarray and value.dtype == want and value.ndim == len(declared)
-                    and all(d < 0 or d == s for d, s in zip(declared, value.shape))):
+            # The common case in two comparisons (only the batch dim unknown); else check_feed.
+            elif not (value.__class__ is np.ndarray and value.dtype == want and value.shape[1:] == tail
+                      and value.ndim == rank):
                 value = check_feed(name, value, want, declared, var)
             for check in host_checks:
                 check(value)
@@ -484,53 +494,51 @@ class Executor:
             out.append(value)
         return tuple(out)
 
-    def _gather(self, plan: _Plan, names: tuple[str, ...], scope: Scope) -> tuple:
-        """The values of state ``names`` in ``scope``; a clear error for one that has none."""
-        cached = self._scope_cache(plan, scope)
-        tensors = cached.get(names)
-        if tensors is not None:
-            values = tuple(t._value for t in tensors)
-            if not any(v is None for v in values):
-                return values
-        found = []
-        for name in names:
-            holder = scope.find_var(name)
-            tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
-            if tensor is None or not tensor._is_initialized():
-                reader = plan.first_reader.get(name)
-                where = f" (read by op {reader.type!r} at {reader.location})" if reader is not None else ""
-                raise UninitializedVariableError(
-                    f"variable {name!r}{where} has no value in the scope: run the startup program "
-                    "first, e.g. exe.run(fj.default_startup_program())")
-            found.append(tensor)
-        # The LoDTensor objects stay in their holders, so later runs read them directly.
-        cached[names] = found
-        return tuple(t._value for t in found)
+    def _bind(self, plan: _Plan, scope: Scope, refresh: bool = False) -> tuple:
+        """Where ``plan``'s state lives in ``scope``: (weakref to scope, mutable tensors, const
+        tensors, written tensors); a clear error for a state variable without a value.
 
-    def _scope_cache(self, plan: _Plan, scope: Scope) -> dict:
-        """``plan``'s cache of where its state lives in ``scope`` (the last scope's, on the hot path)."""
-        last = plan.last_scope
-        if last is not None and last[0]() is scope:
-            return last[1]
+        The LoDTensor objects stay in their holders, so later runs read and write them directly.
+        """
         cached = plan.tensor_cache.get(scope)
-        if cached is None:
+        if cached is None or refresh:
+            found = {}
+            for name in plan.mutable_state + plan.const_state:
+                holder = scope.find_var(name)
+                tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
+                if tensor is None or not tensor._is_initialized():
+                    reader = plan.first_reader.get(name)
+                    where = f" (read by op {reader.type!r} at {reader.location})" if reader is not None else ""
+                    raise UninitializedVariableError(
+                        f"variable {name!r}{where} has no value in the scope: run the startup program "
+                        "first, e.g. exe.run(fj.default_startup_program())")
+                found[name] = tensor
+            written = [(scope.find_var(n) or scope.var(n)).get_mutable(LoDTensor) for n in plan.written_state]
+            cached = ([found[n] for n in plan.mutable_state], [found[n] for n in plan.const_state], written)
             with self._lock:
-                cached = plan.tensor_cache.setdefault(scope, {})
-        plan.last_scope = (weakref.ref(scope), cached)
-        return cached
+                plan.tensor_cache[scope] = cached
+        binding = (weakref.ref(scope),) + cached
+        plan.last_scope = binding
+        return binding
 
     def _written_tensors(self, plan: _Plan, scope: Scope) -> list[LoDTensor]:
-        """The tensors a run writes its new state into (created in ``scope`` on first use)."""
-        cached = self._scope_cache(plan, scope)
-        tensors = cached.get("written")
-        if tensors is None:
-            tensors = cached["written"] = [(scope.find_var(n) or scope.var(n)).get_mutable(LoDTensor)
-                                           for n in plan.written_state]
-        return tensors
+        """The tensors a run writes its new state into (bound by the run's ``_prepare``)."""
+        binding = plan.last_scope
+        if binding is None or binding[0]() is not scope:
+            binding = self._bind(plan, scope)
+        return binding[3]
 
     def _run_host_ops(self, plan: _Plan, scope: Scope) -> None:
         for op in plan.host_ops:
             registry.get(op.type).compute(op, scope)
+
+
+def _fast_tail(declared: tuple[int, ...]):
+    """The dims after the first when they are all known (the feed's fast check compares them
+    as one tuple); a value no shape tail equals otherwise, so every feed takes the full check."""
+    if len(declared) >= 1 and all(d >= 0 for d in declared[1:]):
+        return tuple(declared[1:])
+    return None
 
 
 def _keep_old_unless(ok, new, old):

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from ..ir.errors import FeedError
-from .lod_tensor import LoDTensor
+from .lod_tensor import LoDTensor, lod_problem
 from .lod_value import LoDValue, from_host
 
 
@@ -93,21 +93,10 @@ def check_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...],
 
 
 def _check_offsets(name: str, lod, rows: int) -> None:
-    """Paddle's LoD rules, each broken one named."""
-    count = None
-    for level, offsets in enumerate(lod):
-        where = f"feed {name!r}: LoD level {level} {list(offsets)}"
-        if len(offsets) == 0 or offsets[0] != 0:
-            raise FeedError(f"{where}: offsets must start at 0")
-        if any(b < a for a, b in zip(offsets, offsets[1:])):
-            raise FeedError(f"{where}: offsets must not decrease")
-        if count is not None and len(offsets) - 1 != count:
-            raise FeedError(f"{where}: has {len(offsets) - 1} sequences, but the level above ends at "
-                            f"offset {count}")
-        count = offsets[-1]
-    if count != rows:
-        raise FeedError(f"feed {name!r}: the last LoD level ends at offset {count}, but the data has "
-                        f"{rows} rows")
+    """Paddle's LoD rules (``lod_tensor.lod_problem``), the broken one named."""
+    problem = lod_problem(lod, rows)
+    if problem is not None:
+        raise FeedError(f"feed {name!r}: invalid LoD {lod}: {problem}")
 
 
 def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...], var) -> LoDValue:

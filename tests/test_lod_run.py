@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -74,6 +75,7 @@ def test_two_levels_pool_to_one_level_like_paddle(pool):
     np.testing.assert_allclose(np.asarray(loss_v), theirs[1], rtol=1e-5)
 
 
+@jax.default_matmul_precision("float32")   # GPUs would use TF32, whose sums differ with the shape
 def test_padding_never_reaches_a_result():
     """The same sequences alone and inside a larger, differently padded batch give the same rows."""
     rng = np.random.default_rng(2)
@@ -117,6 +119,7 @@ def test_an_epoch_of_random_lengths_compiles_logarithmically_often():
     assert exe.trace_count <= math.ceil(math.log2(longest)) + 1
 
 
+@jax.default_matmul_precision("float32")
 def test_seed_paragraph_and_video_inputs_run():
     main, startup = fj.Program(), fj.Program()
     with fj.program_guard(main, startup):
@@ -151,7 +154,7 @@ def test_lod_feeds_are_checked_by_name():
     two.set_recursive_sequence_lengths([[1], [3]])
     with pytest.raises(fj.FeedError, match="'x'.*2 LoD level"):
         exe.run(feed={"x": two}, fetch_list=[out])
-    bad = fj.LoDTensor(np.ones((3, 2), np.float32))
-    bad.set_lod([[0, 2]])
-    with pytest.raises(fj.FeedError, match="ends at offset 2, but the data has 3 rows"):
+    with pytest.raises((fj.FeedError, ValueError), match="ends at offset 2, but the data has 3 rows"):
+        bad = fj.LoDTensor(np.ones((3, 2), np.float32))          # refused here, or at the run
+        bad.set_lod([[0, 2]])
         exe.run(feed={"x": bad}, fetch_list=[out])
