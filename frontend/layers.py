@@ -194,6 +194,7 @@ elementwise_div = _elementwise("elementwise_div")
 from .math_layers import *  # noqa: E402,F401,F403
 from .nn_layers import *  # noqa: E402,F401,F403
 from .tensor_layers import *  # noqa: E402,F401,F403
+from .sequence_layers import *  # noqa: E402,F401,F403
 
 
 def _make_atomic() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 import fluidjax as fj
 from fluidjax import layer
-from fluidjax.frontend.sequence_layers import sequence_pool
+
 
 POOLS = ["sum", "average", "sqrt", "max", "last", "first"]
 
@@ -23,7 +23,7 @@ def _pool_program(pool, width=3, lod_level=1, pad_value=0.0):
     main, startup = fj.Program(), fj.Program()
     with fj.program_guard(main, startup):
         x = layer.data("x", dims=width, lod_level=lod_level, stop_gradient=False)
-        out = sequence_pool(x, pool, pad_value=pad_value)
+        out = layer.sequence_pool(x, pool, pad_value=pad_value)
         loss = layer.mean(layer.elementwise_mul(out, out))
         grads = fj.append_backward(loss)
         del grads
@@ -38,7 +38,7 @@ def _paddle_pool(pool, data, lengths, pad_value=0.0):
     with paddle.static.program_guard(main, startup):
         x = paddle.static.data("x", [-1, data.shape[1]], "float32", lod_level=len(lengths))
         x.stop_gradient = False
-        out = paddle.static.nn.sequence_pool(x, pool, pad_value=pad_value)
+        out = paddle.static.nn.layer.sequence_pool(x, pool, pad_value=pad_value)
         loss = paddle.mean(paddle.multiply(out, out))
         paddle.static.append_backward(loss)
     place = paddle.CPUPlace()
@@ -83,7 +83,7 @@ def test_padding_never_reaches_a_result():
     with fj.program_guard(main, startup):
         words = layer.data("w", dims=5, lod_level=1)
         hidden = layer.fc(words, 4, activation="tanh")              # acts on the padded rows too
-        pooled = sequence_pool(hidden, "average")
+        pooled = layer.sequence_pool(hidden, "average")
         total = layer.mean(hidden)                                  # a LoD-aware reduction
     exe = fj.Executor()
     exe.run(startup)
@@ -107,7 +107,7 @@ def test_an_epoch_of_random_lengths_compiles_logarithmically_often():
     main, startup = fj.Program(), fj.Program()
     with fj.program_guard(main, startup):
         words = layer.data("w", dims=2, lod_level=1)
-        out = sequence_pool(words, "sum")
+        out = layer.sequence_pool(words, "sum")
     exe = fj.Executor()
     longest = 0
     for _ in range(60):
@@ -124,11 +124,11 @@ def test_seed_paragraph_and_video_inputs_run():
     main, startup = fj.Program(), fj.Program()
     with fj.program_guard(main, startup):
         paragraph = layer.data("paragraph", lod_level=2, input_size=60)
-        sentences = sequence_pool(paragraph, "sum")                  # words -> sentences
-        paragraphs = sequence_pool(sentences, "average")            # sentences -> paragraphs
+        sentences = layer.sequence_pool(paragraph, "sum")                  # words -> sentences
+        paragraphs = layer.sequence_pool(sentences, "average")            # sentences -> paragraphs
         p_out = layer.fc(paragraphs, 8)
         video = layer.data("video", lod_level=1, input_size=48)
-        v_out = layer.fc(sequence_pool(video, "max"), 8)
+        v_out = layer.fc(layer.sequence_pool(video, "max"), 8)
     assert sentences.lod_level == 1 and paragraphs.lod_level == 0
     exe = fj.Executor()
     exe.run(startup)
@@ -146,7 +146,7 @@ def test_seed_paragraph_and_video_inputs_run():
 
 def test_lod_feeds_are_checked_by_name():
     x = layer.data("x", dims=2, lod_level=1)
-    out = sequence_pool(x, "sum")
+    out = layer.sequence_pool(x, "sum")
     exe = fj.Executor()
     with pytest.raises(fj.FeedError, match="'x'.*lod_level 1.*LoDTensor"):
         exe.run(feed={"x": np.ones((3, 2), np.float32)}, fetch_list=[out])
