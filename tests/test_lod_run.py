@@ -38,7 +38,7 @@ def _paddle_pool(pool, data, lengths, pad_value=0.0):
     with paddle.static.program_guard(main, startup):
         x = paddle.static.data("x", [-1, data.shape[1]], "float32", lod_level=len(lengths))
         x.stop_gradient = False
-        out = paddle.static.nn.layer.sequence_pool(x, pool, pad_value=pad_value)
+        out = paddle.static.nn.sequence_pool(x, pool, pad_value=pad_value)
         loss = paddle.mean(paddle.multiply(out, out))
         paddle.static.append_backward(loss)
     place = paddle.CPUPlace()
