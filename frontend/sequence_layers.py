@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 
-__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step"]
+__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax", "sequence_reverse"]
 
 
 def sequence_pool(input: Variable, pool_type: str, is_test: bool = False, pad_value: float = 0.0) -> Variable:
@@ -34,3 +34,19 @@ def sequence_first_step(input: Variable) -> Variable:
 def sequence_last_step(input: Variable) -> Variable:
     """The last row of every sequence (``sequence_pool(input, "last")``)."""
     return sequence_pool(input, "last")
+
+
+def sequence_softmax(input: Variable, use_cudnn: bool = False, name: str | None = None) -> Variable:
+    """Softmax over the rows of each sequence of ``input`` ([N, 1] or [N]); keeps its LoD."""
+    helper = LayerHelper("sequence_softmax", name)
+    out = helper.create_tmp(input.dtype)
+    helper.append_op("sequence_softmax", inputs={"X": input}, outputs={"Out": out}, attrs={"use_cudnn": use_cudnn})
+    return out
+
+
+def sequence_reverse(x: Variable, name: str | None = None) -> Variable:
+    """The rows of each sequence of ``x`` (one LoD level) in reverse order; keeps its LoD."""
+    helper = LayerHelper("sequence_reverse", name)
+    out = helper.create_tmp(x.dtype)
+    helper.append_op("sequence_reverse", inputs={"X": x}, outputs={"Y": out})
+    return out

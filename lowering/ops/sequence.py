@@ -85,4 +85,49 @@ def sequence_pool(ctx):
     return {"Out": out, "MaxIndex": max_index}
 
 
-lod_aware("sequence_pool", "mean")
+def _same_lod_shape(out_slot: str, max_levels: int | None = None):
+    def rule(ctx: InferShapeContext) -> None:
+        x = ctx.input("X")
+        ctx.check(x.lod_level >= 1, f"X must be a LoD tensor (lod_level >= 1), got lod_level {x.lod_level}")
+        ctx.check(max_levels is None or x.lod_level <= max_levels,
+                  f"X may have at most {max_levels} LoD level(s), as in Paddle; got lod_level {x.lod_level}")
+        ctx.set_output(out_slot, x.shape, x.dtype, x.lod_level)
+    return rule
+
+
+def _segment_info(x: LoDValue):
+    """(segment id per row, clipped to a valid index, and whether the row is real) for x's last level."""
+    count = x.offsets[-1].shape[0] - 1
+    seg = x.segment_ids()
+    real = seg < count
+    return jnp.minimum(seg, max(count - 1, 0)), real, count
+
+
+@op("sequence_softmax", inputs="X", outputs="Out", attrs={"use_cudnn": False},
+    infer_shape=_same_lod_shape("Out"))
+def sequence_softmax(ctx):
+    """Softmax over the rows of each sequence (X is [N, 1] or [N]); Out keeps X's LoD."""
+    x = ctx.input("X")
+    data = x.data
+    flat = data.reshape(data.shape[0])
+    seg, real, count = _segment_info(x)
+    ids = jnp.where(real, seg, count)            # padding rows: past the end, dropped
+    peak = jax.ops.segment_max(flat, ids, num_segments=count)
+    e = jnp.where(real, jnp.exp(flat - peak[seg]), jnp.zeros((), flat.dtype))
+    total = jax.ops.segment_sum(e, ids, num_segments=count)
+    out = jnp.where(real, e / total[seg], jnp.zeros((), flat.dtype))
+    return {"Out": LoDValue(out.reshape(data.shape), x.offsets)}
+
+
+@op("sequence_reverse", inputs="X", outputs="Y", infer_shape=_same_lod_shape("Y", max_levels=1))
+def sequence_reverse(ctx):
+    """The rows of each sequence in reverse order; Y keeps X's LoD."""
+    x = ctx.input("X")
+    offsets = x.offsets[-1]
+    seg, real, _ = _segment_info(x)
+    rows = jnp.arange(x.data.shape[0], dtype=offsets.dtype)
+    source = jnp.where(real, offsets[seg] + offsets[seg + 1] - 1 - rows, rows)
+    return {"Y": LoDValue(x.data[source], x.offsets)}
+
+
+lod_aware("sequence_pool", "sequence_softmax", "sequence_reverse", "mean")

@@ -16,4 +16,10 @@ CASES = [
          outputs=("Out",), name="sum-two-levels"),
     Case("sequence_pool", {"X": rand(6, 2)}, {"pooltype": "LAST"}, lod={"X": _TWO_LEVELS},
          outputs=("Out",), name="last-two-levels"),
+    Case("sequence_softmax", {"X": rand(9, 1)}, lod={"X": _LENS}),
+    Case("sequence_softmax", {"X": rand(9, dtype="float64")}, lod={"X": _LENS}, name="1d-float64"),
+    Case("sequence_softmax", {"X": rand(6, 1)}, lod={"X": _TWO_LEVELS}, name="two-levels"),
+    Case("sequence_reverse", {"X": rand(9, 3)}, lod={"X": _LENS}, outputs=("Y",)),
+    Case("sequence_reverse", {"X": rand(9, 2, dtype="float64")}, lod={"X": _LENS}, outputs=("Y",),
+         name="float64"),
 ]
