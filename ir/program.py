@@ -23,6 +23,7 @@ _dict_update = dict.update
 
 
 _OP_CONTAINERS = {"inputs": SlotDict, "outputs": SlotDict, "attrs": AttrDict}
+_UNTRACKED_LIST_ATTRS = frozenset({"op_callstack", "op_role_var"})
 
 
 def _tracked_list(owner, items) -> TrackedList:
@@ -79,8 +80,9 @@ class Operator:
     ``inputs``, ``outputs`` and ``attrs`` are tracked dicts (see :mod:`fluidjax.ir.tracking`):
     any edit — ``op.attrs["axis"] = 1``, ``op.attrs["shape"][0] = 2``, ``op.inputs["X"][0] = "y"``,
     assigning a whole new dict, or ``op.type = ...`` — bumps the program's version, so an
-    Executor never runs a step compiled for the op as it was. ``attr_types`` stays a plain dict:
-    it only affects how attributes serialize, never what a run computes.
+    Executor never runs a step compiled for the op as it was. ``attr_types`` (and the lists of
+    ``op_callstack`` / ``op_role_var``) stay plain: they only affect how the op serializes, never
+    what a run computes.
 
     The plain dicts and lists given to the constructor (as the parser gives them) are converted
     on first access, not in the constructor: parsing a 5,000-op program then costs nothing extra,
@@ -117,7 +119,8 @@ class Operator:
         _dict_update(outs, zip(outputs, out_lists))
         _dict_update(values, attrs)
         for name, value in attrs.items():
-            if value.__class__ is list:
+            # op_callstack / op_role_var never change what a run does: left as plain lists.
+            if value.__class__ is list and name not in _UNTRACKED_LIST_ATTRS:
                 _dict_setitem(values, name, _tracked_list(self, value))
         d["inputs"], d["outputs"], d["attrs"] = ins, outs, values
 
@@ -389,7 +392,9 @@ class Block:
         values["op_callstack"] = callstack.user_callstack()
         types["op_callstack"] = registry.ATTR_TYPES["strings"]
         order = sorted(values)
-        return Operator(self, type, ins, outs, {k: values[k] for k in order}, {k: types[k] for k in order})
+        op = Operator(self, type, ins, outs, {k: values[k] for k in order}, {k: types[k] for k in order})
+        op._materialize()  # shape inference reads it next: convert now, not through __getattr__
+        return op
 
     def _check_slots(self, opdef, kind, slots, given) -> dict[str, list[str]]:
         known = {s.name for s in slots}
