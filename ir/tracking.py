@@ -114,6 +114,14 @@ def atomic_call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return transactional(fn)(*args, **kwargs)
 
 
+def record_fields(obj: Any, names: tuple[str, ...]) -> None:
+    """Journal several fields of ``obj`` at once (see :func:`record_field`)."""
+    if _journal is not None:
+        d = obj.__dict__
+        for name in names:
+            _journal.append((_restore_field, obj, name, d.get(name, _MISSING)))
+
+
 @contextlib.contextmanager
 def atomic() -> Iterator[None]:
     """Undo every tracked IR mutation made inside the block if it raises (see

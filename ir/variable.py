@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from . import dtypes
 from .errors import ShapeError, SymbolicValueError
+from . import tracking
 from .tracking import TrackedField
 
 if TYPE_CHECKING:
@@ -86,6 +87,21 @@ class Variable:
         # None for variables built here.
         d["_present"] = None
         d["_raw_type"] = None
+
+    def _set_inferred(self, shape: tuple[int, ...], dtype, lod_level: int) -> None:
+        """Store what a shape rule inferred (all three fields, one version bump): the same as
+        assigning ``shape``, ``dtype`` and ``lod_level`` one by one, at a third of the cost.
+        ``shape`` must already be a tuple and ``dtype`` a normalized name (a rule's output)."""
+        d = self.__dict__
+        block = d["block"]
+        if block is None or block.vars.get(d["name"]) is not self:
+            d["shape"], d["dtype"], d["lod_level"] = shape, dtype, lod_level
+            return
+        if shape and min(shape) < -1:
+            _checked_shape(self, shape)  # raises
+        tracking.record_fields(self, ("shape", "dtype", "lod_level"))
+        d["shape"], d["dtype"], d["lod_level"] = shape, dtype, lod_level
+        block.program._bump()
 
     # -- the symbolic contract -------------------------------------------------------------
     def __array__(self, *args, **kwargs):

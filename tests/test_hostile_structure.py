@@ -511,3 +511,20 @@ def test_the_seed_variable_constructor_is_all_or_nothing():
     assert (main.serialize(), startup.serialize()) == before
     v = fj.Variable("v", data_type="float32", shape=[2], value=1.0)
     assert v.name == "v" and main.global_block().vars["v"] is v
+
+
+def test_set_inferred_bumps_once_checks_dims_and_rolls_back():
+    from fluidjax.ir import tracking
+
+    v = fj.Program().global_block().create_var("v", (-1, 3), "float32")
+    prog = v.block.program
+    version = prog._version
+    v._set_inferred((-1, 4), "float64", 1)
+    assert (v.shape, v.dtype, v.lod_level) == ((-1, 4), "float64", 1) and prog._version != version
+    with pytest.raises(fj.ShapeError, match="variable 'v'"):
+        v._set_inferred((-9,), "float32", 0)
+    with pytest.raises(RuntimeError):
+        with tracking.atomic():
+            v._set_inferred((2, 2), "int32", 0)
+            raise RuntimeError
+    assert (v.shape, v.dtype, v.lod_level) == ((-1, 4), "float64", 1)
