@@ -276,7 +276,9 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
     program = Program()
     program.blocks = []
     int_type = _T["int"]
-    for b in desc.blocks:
+    parents = [b.parent_idx for b in desc.blocks]
+    check_op = validate.check_op
+    for bi, b in enumerate(desc.blocks):
         block = Block(program, b.idx, b.parent_idx)
         block.forward_block_idx = b.forward_block_idx
         block._present = frozenset({"forward_block_idx"} if b.HasField("forward_block_idx") else ())
@@ -284,7 +286,10 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
         for v in b.vars:
             var = _var_from_proto(block, v, b)
             vars[var.name] = var
-        for o in b.ops:
+        if len(vars) != len(b.vars):
+            validate.duplicate_vars(bi, b)
+        declared = vars if bi == 0 else None
+        for k, o in enumerate(b.ops):
             attrs, types = {}, {}
             for a in o.attrs:
                 name, type_id = a.name, a.type
@@ -292,21 +297,22 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
                 if field is not None:
                     # An unknown AttrType reads as a missing type, whose default is INT.
                     if type_id == int_type and not a.HasField("type"):
-                        validate.bad_attr(block.idx, b, o, a)
+                        validate.bad_attr(bi, b, o, a)
                     attrs[name] = getattr(a, field)
                 else:
                     if type_id in _MESSAGE and (not a.IsInitialized() or (
                             type_id == _SCALAR_TYPE and not a.HasField("scalar"))):
-                        validate.bad_attr(block.idx, b, o, a)
+                        validate.bad_attr(bi, b, o, a)
                     attrs[name] = _attr_value(a)
                 types[name] = type_id
             op_type = o.type
             if not op_type and not o.HasField("type"):
-                validate.bad_op(block.idx, b, o)
-            block.ops.append(Operator(
-                block, op_type, {v.parameter: list(v.arguments) for v in o.inputs},
-                {v.parameter: list(v.arguments) for v in o.outputs}, attrs, types,
-                is_target=o.is_target if o.HasField("is_target") else None))
+                validate.bad_op(bi, b, o)
+            ins = {v.parameter: list(v.arguments) for v in o.inputs}
+            outs = {v.parameter: list(v.arguments) for v in o.outputs}
+            check_op(bi, k, op_type, ins, outs, attrs, types, declared, parents, b)
+            block.ops.append(Operator(block, op_type, ins, outs, attrs, types,
+                                      is_target=o.is_target if o.HasField("is_target") else None))
         program.blocks.append(block)
     if not program.blocks:
         program.blocks = [Block(program, 0)]
@@ -315,7 +321,6 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
     if desc.HasField("op_version_map"):
         validate.check_version_map(desc)
         program.op_version_map = [(p.op_name, p.op_version.version) for p in desc.op_version_map.pair]
-    validate.check_program(program, desc)
     return program
 
 

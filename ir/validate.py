@@ -246,55 +246,77 @@ def _expected_attrs(op_type: str) -> dict[str, frozenset[int]]:
     return expected
 
 
-def check_program(program, desc) -> None:
-    """Everything about a converted program that needs the whole of it: duplicate variables,
-    names that are not UTF-8, block 0's references, attribute kinds and block attributes."""
-    blocks = program.blocks
-    n_blocks = len(blocks)
-    parents = [b.parent_idx for b in blocks]
-    # zip: a ProgramDesc without blocks gives a program with one empty block.
-    for bi, (block, block_desc) in enumerate(zip(blocks, desc.blocks)):
-        if len(block.vars) != len(block_desc.vars):
-            _duplicate_vars(bi, desc.blocks[bi])
-        declared = block.vars if bi == 0 else None
-        for k, op in enumerate(block.ops):
-            op_type = op.type
-            if op_type.__class__ is not str:
-                fail(op_where(bi, k, op_type), f"the op type {_not_utf8(op_type)}")
-            for kind, slots in (("input", op.inputs), ("output", op.outputs)):
-                for slot, args in slots.items():
-                    if slot.__class__ is not str or not slot:
-                        _bad_slot(bi, k, op, desc, kind, slot)
-                    for a in args:
-                        if declared is not None:
-                            if a not in declared and a != EMPTY_VAR_NAME:
-                                _bad_argument(bi, k, op, kind, slot, a, declared)
-                        elif a.__class__ is not str:
-                            _bad_argument(bi, k, op, kind, slot, a, declared)
-            expected = _expected_attrs(op_type)
-            attrs = op.attrs
-            for name, tid in op.attr_types.items():
-                allowed = expected.get(name)
-                if allowed is not None and tid not in allowed:
-                    value = attrs[name]
-                    if not (tid in _LIST_KINDS and not value and _LIST_KINDS.intersection(allowed)):
-                        _bad_attr_kind(bi, k, op, name, tid, allowed)
-                if tid in _STRING_KINDS:
-                    if attrs[name].__class__ is not str:
-                        fail(op_where(bi, k, op_type) + f", attribute {show(name)}",
-                             f"its string value {_not_utf8(attrs[name])}")
-                elif tid in _STRINGS_KINDS:
-                    for j, s in enumerate(attrs[name]):
-                        if s.__class__ is not str:
-                            fail(op_where(bi, k, op_type) + f", attribute {show(name)}",
-                                 f"string [{j}] {_not_utf8(s)}")
-                elif tid == 8 or tid == 10:  # BLOCK, BLOCKS
-                    value = attrs[name]
-                    for target in ([value] if tid == 8 else value):
-                        if not (0 <= target < n_blocks and parents[target] == bi):
-                            _bad_block_attr(bi, k, op, name, target, n_blocks, parents)
-                if name.__class__ is not str:
-                    fail(op_where(bi, k, op_type), f"an attribute name {_not_utf8(name)}")
+def check_op(bi: int, k: int, op_type: Any, inputs: dict, outputs: dict, attrs: dict, types: dict,
+             declared: dict | None, parents: list[int], block_desc) -> None:
+    """One converted op, before it becomes an :class:`Operator`: names that are not UTF-8, block
+    0's references (``declared`` is block 0's variables, None in a sub-block), attribute kinds
+    and block attributes (``parents``: every block's parent index).
+
+    This runs for every op of every parse and clone, so the common case stays in C: a string
+    join fails on a ``bytes`` (a string that was not UTF-8) and only then is it looked for.
+    """
+    if op_type.__class__ is not str:
+        fail(op_where(bi, k, op_type), f"the op type {_not_utf8(op_type)}")
+    for kind, slots in (("input", inputs), ("output", outputs)):
+        try:
+            _join(slots)
+            if "" in slots:
+                _bad_slot(bi, k, op_type, block_desc, kind, "")
+            if declared is None:
+                for args in slots.values():
+                    _join(args)
+        except TypeError:
+            _find_bad_name(bi, k, op_type, block_desc, kind, slots)
+        if declared is not None:
+            for slot, args in slots.items():
+                for a in args:
+                    if a not in declared and a != EMPTY_VAR_NAME:
+                        _bad_argument(bi, k, op_type, kind, slot, a, declared)
+    try:
+        _join(types)
+    except TypeError:
+        name = next(n for n in types if n.__class__ is not str)
+        fail(op_where(bi, k, op_type), f"an attribute name {_not_utf8(name)}")
+    expected = _expected_attrs(op_type)
+    for name, tid in types.items():
+        allowed = expected.get(name)
+        if allowed is not None and tid not in allowed:
+            value = attrs[name]
+            if not (tid in _LIST_KINDS and not value and _LIST_KINDS.intersection(allowed)):
+                _bad_attr_kind(bi, k, op_type, attrs, name, tid, allowed)
+        if tid in _STRINGS_KINDS:
+            try:
+                _join(attrs[name])
+            except TypeError:
+                j, text = next((j, t) for j, t in enumerate(attrs[name]) if t.__class__ is not str)
+                fail(op_where(bi, k, op_type) + f", attribute {show(name)}", f"string [{j}] {_not_utf8(text)}")
+        elif tid in _STRING_KINDS:
+            if attrs[name].__class__ is not str:
+                fail(op_where(bi, k, op_type) + f", attribute {show(name)}",
+                     f"its string value {_not_utf8(attrs[name])}")
+        elif tid == 8 or tid == 10:  # BLOCK, BLOCKS
+            value = attrs[name]
+            for target in ([value] if tid == 8 else value):
+                if not (0 <= target < len(parents) and parents[target] == bi):
+                    _bad_block_attr(bi, k, op_type, name, target, parents)
+
+
+_join = "".join
+
+
+def _find_bad_name(bi: int, k: int, op_type: str, block_desc, kind: str, slots: dict) -> NoReturn:
+    for slot, args in slots.items():
+        if slot.__class__ is not str:
+            _bad_slot(bi, k, op_type, block_desc, kind, slot)
+        for a in args:
+            if a.__class__ is not str:
+                _bad_argument(bi, k, op_type, kind, slot, a, None)
+    fail(op_where(bi, k, op_type), f"a {kind} slot or argument name is not a string")
+
+
+def duplicate_vars(bi: int, block_desc) -> NoReturn:
+    """A block declaring a variable name twice (the converted block has fewer variables)."""
+    _duplicate_vars(bi, block_desc)
 
 
 def _duplicate_vars(bi: int, block_desc) -> NoReturn:
@@ -307,41 +329,43 @@ def _duplicate_vars(bi: int, block_desc) -> NoReturn:
     fail(f"block {bi}", "a variable is declared twice in the block")
 
 
-def _bad_slot(bi: int, k: int, op, desc, kind: str, slot: Any) -> None:
+def _bad_slot(bi: int, k: int, op_type: str, block_desc, kind: str, slot: Any) -> None:
+    """A slot name that is not UTF-8, or missing (empty, where the field was not written)."""
     if slot.__class__ is not str:
-        fail(op_where(bi, k, op.type), f"the {kind} slot name {_not_utf8(slot)}")
+        fail(op_where(bi, k, op_type), f"the {kind} slot name {_not_utf8(slot)}")
     # An empty slot name is allowed when written explicitly; a missing one is not.
-    op_desc = desc.blocks[bi].ops[k]
+    op_desc = block_desc.ops[k]
     for v in (op_desc.inputs if kind == "input" else op_desc.outputs):
         if not v.HasField("parameter"):
-            fail(op_where(bi, k, op.type), f"OpDesc.Var.parameter (the {kind} slot name) is missing "
+            fail(op_where(bi, k, op_type), f"OpDesc.Var.parameter (the {kind} slot name) is missing "
                  "(a required field)")
 
 
-def _bad_argument(bi: int, k: int, op, kind: str, slot: str, name: Any, declared) -> NoReturn:
-    where = op_where(bi, k, op.type) + f", {kind} {show(slot)}"
+def _bad_argument(bi: int, k: int, op_type: str, kind: str, slot: str, name: Any, declared) -> NoReturn:
+    where = op_where(bi, k, op_type) + f", {kind} {show(slot)}"
     if name.__class__ is not str:
         fail(where, f"the variable name {_not_utf8(name)}")
     fail(where, f"variable {show(name)} is not declared in block {bi} ({len(declared)} variables are); "
          "an op of the root block may only name its variables (or @EMPTY@)")
 
 
-def _bad_attr_kind(bi: int, k: int, op, name: str, tid: int, allowed: frozenset[int]) -> NoReturn:
-    value = op.attrs[name]
+def _bad_attr_kind(bi: int, k: int, op_type: str, attrs: dict, name: str, tid: int,
+                   allowed: frozenset[int]) -> NoReturn:
+    value = attrs[name]
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
     kinds = ", ".join(sorted(_KIND_NAME[t] for t in allowed))
-    spec = registry.get(op.type).attrs.get(name) if registry.has(op.type) else None
-    expected = (f"op {op.type!r} declares it {spec.kind} (accepted kinds: {kinds})" if spec is not None
+    spec = registry.get(op_type).attrs.get(name) if registry.has(op_type) else None
+    expected = (f"op {op_type!r} declares it {spec.kind} (accepted kinds: {kinds})" if spec is not None
                 else f"fluidjax reads {name!r} as {kinds}")
-    fail(op_where(bi, k, op.type) + f", attribute {show(name)}",
+    fail(op_where(bi, k, op_type) + f", attribute {show(name)}",
          f"it is of kind {_KIND_NAME.get(tid, tid)} ({text}), but {expected}")
 
 
-def _bad_block_attr(bi: int, k: int, op, name: str, target: int, n_blocks: int, parents: list) -> NoReturn:
-    where = op_where(bi, k, op.type) + f", attribute {show(name)}"
-    if not 0 <= target < n_blocks:
-        fail(where, f"names block {target}, but the program has {n_blocks} block(s)")
+def _bad_block_attr(bi: int, k: int, op_type: str, name: str, target: int, parents: list) -> NoReturn:
+    where = op_where(bi, k, op_type) + f", attribute {show(name)}"
+    if not 0 <= target < len(parents):
+        fail(where, f"names block {target}, but the program has {len(parents)} block(s)")
     fail(where, f"names block {target}, whose parent is block {parents[target]}: a block attribute "
          f"must name a sub-block of the op's own block ({bi})")
