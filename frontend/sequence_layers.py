@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 
-__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax", "sequence_reverse"]
+__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax", "sequence_reverse",
+           "sequence_expand_as", "sequence_concat"]
 
 
 def sequence_pool(input: Variable, pool_type: str, is_test: bool = False, pad_value: float = 0.0) -> Variable:
@@ -49,4 +50,20 @@ def sequence_reverse(x: Variable, name: str | None = None) -> Variable:
     helper = LayerHelper("sequence_reverse", name)
     out = helper.create_tmp(x.dtype)
     helper.append_op("sequence_reverse", inputs={"X": x}, outputs={"Y": out})
+    return out
+
+
+def sequence_expand_as(x: Variable, y: Variable, name: str | None = None) -> Variable:
+    """Row i of ``x`` repeated as many times as sequence i of ``y`` is long; takes ``y``'s LoD."""
+    helper = LayerHelper("sequence_expand_as", name)
+    out = helper.create_tmp(x.dtype)
+    helper.append_op("sequence_expand_as", inputs={"X": x, "Y": y}, outputs={"Out": out})
+    return out
+
+
+def sequence_concat(input: list, name: str | None = None) -> Variable:
+    """Sequence i of the result is sequence i of every input, one after another."""
+    helper = LayerHelper("sequence_concat", name)
+    out = helper.create_tmp(input[0].dtype)
+    helper.append_op("sequence_concat", inputs={"X": list(input)}, outputs={"Out": out})
     return out

@@ -69,7 +69,7 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         for name, v in zip(names, values):
             if v is not None and name != EMPTY_VAR_NAME:
                 if (lod_source is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
-                        and v.shape[0] == lod_source.data.shape[0] and _declared_lod(op, name)):
+                        and v.shape[0] >= lod_source.data.shape[0] and _declared_lod(op, name)):
                     v = LoDValue(v, lod_source.offsets)      # the output shares its input's LoD
                 env[name] = v
                 if checks is not None and checks.nan_inf and _differentiable(v):
@@ -114,7 +114,16 @@ def _mixes_rows(op, value) -> bool:
 
 
 def _strip_lod(op, values: dict) -> dict:
-    """The op's inputs with LoD values replaced by their padded rows."""
+    """The op's inputs with LoD values replaced by their padded rows.
+
+    LoD inputs padded to different row counts (a LoD value made by an op, say, next to a fed one
+    with the same LoD) are padded to the longest: rows past the real ones are padding in all.
+    """
+    lods = [v for vals in values.values() for v in vals if v.__class__ is LoDValue]
+    rows = max(v.data.shape[0] for v in lods)
+    if any(v.data.shape[0] != rows for v in lods):
+        values = {slot: [_pad_rows(v, rows) if v.__class__ is LoDValue else v for v in vals]
+                  for slot, vals in values.items()}
     out = dict(values)
     for slot, vals in values.items():
         if any(v.__class__ is LoDValue for v in vals):
@@ -125,6 +134,14 @@ def _strip_lod(op, values: dict) -> dict:
                     "(layer.sequence_pool) or reduce along other dimensions")
             out[slot] = [v.data if v.__class__ is LoDValue else v for v in vals]
     return out
+
+
+def _pad_rows(value: LoDValue, rows: int) -> LoDValue:
+    extra = rows - value.data.shape[0]
+    if extra == 0:
+        return value
+    pad = jnp.zeros((extra,) + tuple(value.data.shape[1:]), value.data.dtype)
+    return LoDValue(jnp.concatenate([value.data, pad]), value.offsets)
 
 
 def _declared_lod(op, name: str) -> bool:
@@ -196,14 +213,26 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
             if g is None or not _differentiable(v):
                 g = jnp.zeros_like(v) if _differentiable(v) else np.zeros(v.shape, jax.dtypes.float0)
             else:
-                g = jnp.asarray(g, v.dtype).reshape(v.shape)
+                g = jnp.asarray(g, v.dtype)
+                if g.ndim == v.ndim and g.ndim and g.shape[1:] == v.shape[1:] and g.shape[0] != v.shape[0]:
+                    g = _fit_rows(g, v.shape[0])       # LoD values padded to different row counts
+                g = g.reshape(v.shape)
             cts.append(g)
         cotangents.append(cts)
     (grads,) = vjp(cotangents)
     result: dict[str, list] = {}
     for (slot, i), g in zip(wanted, grads):
+        if (slot, i) in lods:                    # the gradient of a LoD input has its LoD
+            g = LoDValue(g, lods[(slot, i)].offsets)
         result.setdefault(slot + GRAD_SUFFIX, [None] * len(primal[slot]))[i] = g
     return result
+
+
+def _fit_rows(g, rows: int):
+    """``g`` cut or zero-padded to ``rows`` rows (the rows past the real ones are padding)."""
+    if g.shape[0] > rows:
+        return g[:rows]
+    return jnp.concatenate([g, jnp.zeros((rows - g.shape[0],) + tuple(g.shape[1:]), g.dtype)])
 
 
 # -- the derived shape rule ----------------------------------------------------------------------

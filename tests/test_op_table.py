@@ -32,6 +32,18 @@ def _is_float(array) -> bool:
     return np.issubdtype(np.asarray(array).dtype, np.floating)
 
 
+def _lod_of(case: Case, slot: str, i: int):
+    """The recursive sequence lengths of input ``i`` of ``slot`` (a duplicable slot may give one
+    per input: a list of them), or None."""
+    spec = case.lod.get(slot)
+    if spec is None:
+        return None
+    per_input = bool(spec) and bool(spec[0]) and isinstance(spec[0][0], list)
+    if per_input:
+        return spec[i] if i < len(spec) else None
+    return spec if i == 0 else None
+
+
 class Built:
     """A one-op program for a row, with its feeds and the names of its inputs and outputs."""
 
@@ -55,7 +67,7 @@ class Built:
                     shape = tuple(arr.shape)
                     if arr.ndim >= 1 and (batch is None or slot in batch):
                         shape = (-1,) + shape[1:]
-                    lengths = case.lod.get(slot) if i == 0 else None
+                    lengths = _lod_of(case, slot, i)
                     if lengths is not None:
                         self.lods[name] = lengths
                     block.create_var(name, shape, arr.dtype, len(lengths or ()), stop_gradient=not _is_float(arr))

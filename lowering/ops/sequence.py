@@ -130,4 +130,62 @@ def sequence_reverse(ctx):
     return {"Y": LoDValue(x.data[source], x.offsets)}
 
 
-lod_aware("sequence_pool", "sequence_softmax", "sequence_reverse", "mean")
+def _expand_as_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    ctx.check(y.lod_level >= 1, f"Y must be a LoD tensor (lod_level >= 1), got lod_level {y.lod_level}")
+    ctx.set_output("Out", (-1,) + tuple(x.shape[1:]), x.dtype, y.lod_level)
+
+
+@op("sequence_expand_as", inputs="X Y", outputs="Out", infer_shape=_expand_as_shape, no_grad_inputs=["Y"])
+def sequence_expand_as(ctx):
+    """Row i of X repeated as many times as sequence i of Y is long; Out takes Y's LoD."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    data = x.data if x.__class__ is LoDValue else x
+    seg, real, _ = _segment_info(y)
+    out = jnp.where(_broadcast_rows(real, data[seg]), data[seg], jnp.zeros((), data.dtype))
+    return {"Out": LoDValue(out, y.offsets)}
+
+
+def _concat_shape(ctx: InferShapeContext) -> None:
+    xs = ctx.inputs("X")
+    first = xs[0]
+    for x in xs:
+        ctx.check(x.lod_level == 1, f"every X must have one LoD level (Paddle's rule), got lod_level {x.lod_level}")
+        ctx.check(tuple(x.shape[1:]) == tuple(first.shape[1:]) and x.dtype == first.dtype,
+                  f"every X must have the row shape and dtype of the first ({first.shape[1:]}, {first.dtype}); "
+                  f"got {x.shape[1:]}, {x.dtype}")
+    ctx.set_output("Out", (-1,) + tuple(first.shape[1:]), first.dtype, 1)
+
+
+@op("sequence_concat", inputs="X*", outputs="Out", infer_shape=_concat_shape)
+def sequence_concat(ctx):
+    """Sequence i of Out is sequence i of every X, one after another (all X have as many sequences)."""
+    xs = ctx.inputs("X")
+    starts = [x.offsets[-1][:-1] for x in xs]
+    lengths = [x.offsets[-1][1:] - x.offsets[-1][:-1] for x in xs]
+    out_offsets = sum(x.offsets[-1] for x in xs)
+    rows = sum(x.data.shape[0] for x in xs)
+    count = out_offsets.shape[0] - 1
+    base = [0]
+    for x in xs[:-1]:
+        base.append(base[-1] + x.data.shape[0])
+    r = jnp.arange(rows, dtype=out_offsets.dtype)
+    seg = jnp.searchsorted(out_offsets[1:], r, side="right")
+    real = seg < count
+    seg = jnp.minimum(seg, count - 1)
+    pos = r - out_offsets[seg]
+    # Which input the row comes from: the first whose running length passes its position.
+    source = jnp.zeros_like(r)
+    before = jnp.zeros_like(r)
+    chosen = jnp.zeros(r.shape, bool)
+    for k, (start, length) in enumerate(zip(starts, lengths)):
+        here = ~chosen & (pos < before + length[seg])
+        source = jnp.where(here, base[k] + start[seg] + pos - before, source)
+        chosen = chosen | here
+        before = before + length[seg]
+    data = jnp.concatenate([x.data for x in xs])
+    out = jnp.where(_broadcast_rows(real, data), data[jnp.where(real, source, 0)], jnp.zeros((), data.dtype))
+    return {"Out": LoDValue(out, (out_offsets,))}
+
+
+lod_aware("sequence_pool", "sequence_softmax", "sequence_reverse", "sequence_expand_as", "sequence_concat", "mean")

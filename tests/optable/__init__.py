@@ -38,7 +38,7 @@ class Case:
     no_grad_outputs: output slots left out of the loss used for gradients.
     name:      distinguishes several rows of one op.
     lod:       slot -> recursive sequence lengths: that slot's (first) input is a LoD tensor with
-               those lengths (its variable gets ``lod_level = len(lengths)``), fed as a LoDTensor
+               those lengths (a duplicable slot may give a list of them, one per input) (its variable gets ``lod_level = len(lengths)``), fed as a LoDTensor
                to both systems; LoD outputs are then compared with their LoD, and the build-time
                ``lod_level`` of every output must equal the run-time number of LoD levels.
     """

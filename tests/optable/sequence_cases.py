@@ -22,4 +22,10 @@ CASES = [
     Case("sequence_reverse", {"X": rand(9, 3)}, lod={"X": _LENS}, outputs=("Y",)),
     Case("sequence_reverse", {"X": rand(9, 2, dtype="float64")}, lod={"X": _LENS}, outputs=("Y",),
          name="float64"),
+    Case("sequence_expand_as", {"X": rand(4, 3), "Y": rand(9, 1)}, lod={"Y": _LENS}, grad=("X",)),
+    Case("sequence_expand_as", {"X": rand(4, 2, dtype="float64"), "Y": rand(9, 1, dtype="float64")},
+         lod={"Y": _LENS}, grad=("X",), name="float64"),
+    Case("sequence_concat", {"X": [rand(9, 3), rand(5, 3)]}, lod={"X": [_LENS, [[1, 2, 0, 2]]]}),
+    Case("sequence_concat", {"X": [rand(9, 2, dtype="float64"), rand(5, 2, dtype="float64"), rand(3, 2, dtype="float64")]},
+         lod={"X": [_LENS, [[1, 2, 0, 2]], [[0, 1, 1, 1]]]}, name="three-float64"),
 ]
