@@ -185,8 +185,8 @@ def infer_op(op) -> None:
     block = op.block
     results = run_rule(op, _block_lookup(block))
     for name, info in results.items():
-        var = block.var(name)
-        var.shape, var.dtype, var.lod_level = info.shape, info.dtype, info.lod_level
+        # One store, one version bump for the three fields (set_output normalized them).
+        block.var(name)._set_inferred(info.shape, info.dtype, info.lod_level)
 
 
 def infer_shapes(program, feed_shapes: Mapping[str, Any], block_idx: int = 0) -> dict[str, tuple[int, ...]]:
