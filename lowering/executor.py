@@ -39,6 +39,9 @@ from .places import Place
 from .scope import Scope, global_scope
 from .signals import deferred_signals
 
+# The classes of device arrays (the step's outputs and jax.device_put's results).
+_DEVICE_ARRAYS = frozenset({type(jax.device_put(np.zeros(1, np.float32)))})
+
 _COMMITTED_NOTE = ("fluidjax: the run completed and its new state was committed before this exception "
                    "was raised")
 
@@ -95,6 +98,7 @@ class _Plan:
     host_checked: frozenset = frozenset()  # (id(op), slot, component) of the index inputs checked on the host
     feed_specs: tuple = ()                 # (name, dtype, declared shape, variable, host checks) per feed
     last_scope: tuple | None = None        # the last scope's binding: see Executor._bind
+    committed_scope: Any = lambda: None    # weakref to the scope whose state was last put on the device
     check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
     empty_undefined: str | None = None     # an op type that cannot take an empty batch
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
@@ -280,10 +284,14 @@ class Executor:
             binding = self._bind(plan, scope)
         mutable = tuple([t._value for t in binding[1]])
         const = tuple([t._value for t in binding[2]])
-        if not (all(map(is_not, mutable, repeat(None))) and all(map(is_not, const, repeat(None)))):
+        if not ({*map(type, mutable), *map(type, const)} <= _DEVICE_ARRAYS and plan.committed_scope() is scope):
+            # A value set from NumPy (or missing): put it on the device once, in the scope too, so
+            # the step keeps one signature (NumPy and device arguments would compile it twice).
             binding = self._bind(plan, scope, refresh=True)   # raises for a variable without a value
+            self._to_device(binding[1] + binding[2])
             mutable = tuple([t._value for t in binding[1]])
             const = tuple([t._value for t in binding[2]])
+            plan.committed_scope = weakref.ref(scope)
         seed = None
         if plan.random:
             count = self._runs.get(program._uid, 0)
@@ -520,6 +528,16 @@ class Executor:
         binding = (weakref.ref(scope),) + cached
         plan.last_scope = binding
         return binding
+
+    def _to_device(self, tensors) -> None:
+        """Put the values of ``tensors`` that are not device arrays yet on this Executor's device
+        (committed to it, as the step's outputs are: the step sees one signature)."""
+        device = self._device or jax.devices()[0]
+        for tensor in tensors:
+            value = tensor._value
+            if type(value) not in _DEVICE_ARRAYS or not value.committed:
+                tensor._value = jax.device_put(np.asarray(value) if not isinstance(value, jax.Array) else value,
+                                               device)
 
     def _written_tensors(self, plan: _Plan, scope: Scope) -> list[LoDTensor]:
         """The tensors a run writes its new state into (bound by the run's ``_prepare``)."""

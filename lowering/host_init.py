@@ -17,6 +17,8 @@ same op draws inside a compiled step (JAX's generator); both are reproducible fo
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from typing import Callable
 
 import numpy as np
@@ -71,13 +73,35 @@ def can_run(ops) -> bool:
 
 
 def run(ops, entropy_of: Callable[[int], tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The NumPy values of every output of ``ops`` (op ``i`` draws from ``entropy_of(i)``)."""
+    """The NumPy values of every output of ``ops`` (op ``i`` draws from ``entropy_of(i)``).
+
+    Each op has its own generator, so ops are independent: they are drawn on a few threads
+    (NumPy's generators release the GIL while they fill an array), the largest first.
+    """
+    def draw(index: int):
+        return HOST_RULES[ops[index].type](HostInitContext(ops[index], entropy_of(index)))
+
+    ops = list(ops)
+    sizes = [int(np.prod(op.attrs.get("shape") or [1])) for op in ops]
+    values: list = [None] * len(ops)
+    big = [i for i in sorted(range(len(ops)), key=lambda i: -sizes[i]) if sizes[i] >= _THREAD_MIN]
+    if len(big) > 1 and _WORKERS > 1:
+        with concurrent.futures.ThreadPoolExecutor(_WORKERS) as pool:
+            for i, value in zip(big, pool.map(draw, big)):
+                values[i] = value
+    for i in range(len(ops)):
+        if values[i] is None:
+            values[i] = draw(i)
     out: dict[str, np.ndarray] = {}
-    for index, op in enumerate(ops):
-        value = HOST_RULES[op.type](HostInitContext(op, entropy_of(index)))
+    for op, value in zip(ops, values):
         for name in op.output("Out"):
             out[name] = value
     return out
+
+
+# Tensors at least this large are drawn on worker threads (smaller ones cost less than a handoff).
+_THREAD_MIN = 1 << 16
+_WORKERS = min(4, os.cpu_count() or 1)
 
 
 def float_kind(dtype: np.dtype) -> np.dtype:

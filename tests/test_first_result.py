@@ -144,3 +144,22 @@ def test_the_compilation_cache_can_be_moved_or_turned_off(tmp_path):
     assert where == str(tmp_path / "elsewhere")
     where, hits = _cache_run({"FLUIDJAX_COMPILATION_CACHE": "off", "XDG_CACHE_HOME": str(tmp_path / "x")})
     assert where == "None" and hits == 0 and not (tmp_path / "x").exists()
+
+
+def test_parameters_set_from_numpy_compile_the_step_once():
+    import jax
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **kw: compiles.append(name) if name == "/jax/core/compile/backend_compile_duration" else None)
+    x = layer.data("x", input_size=4)
+    loss = layer.mean(layer.fc(x, 3))
+    fj.optimizer.Adam(0.1).minimize(loss)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(fj.default_startup_program(), scope=scope)
+    for p in fj.default_main_program().all_parameters():                 # weights loaded from NumPy
+        scope.find_var(p.name).get_tensor().set(np.ones(p.shape, np.float32))
+    before = len(compiles)
+    for _ in range(3):
+        exe.run(feed={"x": np.ones((2, 4), np.float32)}, fetch_list=[loss], scope=scope)
+    assert len(compiles) - before == 1

@@ -42,7 +42,9 @@ def _uniform_random_host(ctx):
     dtype = ctx.dtype()
     lo, hi = ctx.attr("min"), ctx.attr("max")
     out = ctx.rng().random(ctx.shape(), float_kind(dtype))
-    out = (out * (hi - lo) + lo).astype(dtype)
+    out *= hi - lo                                # in place: one pass each, no temporaries
+    out += lo
+    out = out.astype(dtype, copy=False)
     n, step, val = ctx.attr("diag_num"), ctx.attr("diag_step"), ctx.attr("diag_val")
     if n > 0:
         out.reshape(-1)[np.arange(n) * (step + 1)] = val
@@ -62,7 +64,9 @@ def gaussian_random(ctx):
 def _gaussian_random_host(ctx):
     dtype = ctx.dtype()
     z = ctx.rng().standard_normal(ctx.shape(), float_kind(dtype))
-    return (z * ctx.attr("std") + ctx.attr("mean")).astype(dtype)
+    z *= ctx.attr("std")
+    z += ctx.attr("mean")
+    return z.astype(dtype, copy=False)
 
 
 @op("truncated_gaussian_random", inputs="", outputs="Out",
@@ -82,7 +86,9 @@ def _truncated_gaussian_random_host(ctx):
     while outside.any():                      # redraw until every value lies within two std devs
         z[outside] = rng.standard_normal(int(outside.sum()), float_kind(dtype))
         outside = np.abs(z) > 2.0
-    return (z * ctx.attr("std") + ctx.attr("mean")).astype(dtype)
+    z *= ctx.attr("std")
+    z += ctx.attr("mean")
+    return z.astype(dtype, copy=False)
 
 
 def _randint_shape(ctx: InferShapeContext) -> None:
