@@ -148,7 +148,8 @@ class Executor:
         try:
             with _state_lock(scope):
                 program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
-                self._run_host_ops(plan, scope)
+                if plan.host_ops:
+                    self._run_host_ops(plan, scope)
                 if plan.on_host:
                     values = self._host_values(program, plan, args[3])
                 with deferred_signals():
@@ -204,7 +205,9 @@ class Executor:
                 return None, failed
         else:
             new_state, fetches = outs
-        for tensor, value in zip(self._written_tensors(plan, scope), new_state):
+        binding = plan.last_scope                 # bound to this scope by _prepare, in this run
+        tensors = binding[3] if binding[0]() is scope else self._written_tensors(plan, scope)
+        for tensor, value in zip(tensors, new_state):
             tensor._value = value
         if plan.random:
             self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
@@ -267,7 +270,10 @@ class Executor:
         elif isinstance(fetch_list, (str, Variable)):
             fetch_names = (_fetch_name(fetch_list),)
         else:
-            fetch_names = tuple(f if f.__class__ is str else _fetch_name(f) for f in fetch_list)
+            try:
+                fetch_names = tuple([f if f.__class__ is str else f.name for f in fetch_list])
+            except AttributeError:
+                fetch_names = tuple(_fetch_name(f) for f in fetch_list)   # raises the clear error
         # The hot path: one dict lookup finds the plan of a call seen before (same program version,
         # feed names in the same order, fetches and flags).
         try:
