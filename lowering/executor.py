@@ -468,6 +468,9 @@ class Executor:
                 op_keys = lambda i: fixed_key if i in fixed else run_key  # noqa: E731
             checks = StepChecks(check_index, check_nan_inf, host_checked) if plan.has_checks else None
             run_ops(ops, env, checks=checks, op_keys=op_keys)
+            missing = [n for n in written + fetch_names if n not in env]
+            if missing:
+                raise OpRuntimeError(_not_computed(plan, missing[0]))
             new_state = tuple(env[n] for n in written)
             fetches = [env[n] for n in fetch_names]
             if checks is None:
@@ -555,6 +558,16 @@ class Executor:
     def _run_host_ops(self, plan: _Plan, scope: Scope) -> None:
         for op in plan.host_ops:
             registry.get(op.type).compute(op, scope)
+
+
+def _not_computed(plan: _Plan, name: str) -> str:
+    """Why ``name`` has no value after the step's ops ran: the op that names it produced nothing."""
+    for op in plan.ops:
+        for slot, names in op.outputs.items():
+            if name in names:
+                return (f"variable {name!r} was not computed: op {op.type!r} at {op.location} names it as "
+                        f"output {slot}, but op {op.type!r} produces no value for that slot")
+    return f"variable {name!r} was not computed by any op of the step"
 
 
 def _fast_tail(declared: tuple[int, ...]):

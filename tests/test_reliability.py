@@ -476,3 +476,14 @@ def test_computed_indices_are_checked_inside_the_step_and_keep_the_state():
         exe.run(main, feed=feed, fetch_list=[cost], scope=scope)
     assert info.value.op_type.startswith("lookup_table")
     _assert_same_state(before, _state(main, scope))           # the step handed back the old table
+
+
+def test_an_output_the_op_does_not_produce_is_a_typed_error():
+    x = layer.data("x", input_size=3)
+    y = layer.relu(x)
+    block = fj.default_main_program().global_block()
+    op = block.ops[-1]
+    op.outputs["Bogus"] = [y.name]          # names y under a slot relu's rule does not fill
+    del op.outputs["Out"]
+    with pytest.raises(fj.OpRuntimeError, match=f"{y.name!r} was not computed.*'relu'.*Bogus"):
+        fj.Executor().run(feed={"x": np.ones((1, 3), np.float32)}, fetch_list=[y])
