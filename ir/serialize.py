@@ -226,10 +226,11 @@ def _var_from_proto(block: Block, desc: pb.VarDesc, block_desc: pb.BlockDesc) ->
     else:
         var = Variable.__new__(Variable)
         var.is_parameter = False
-    # Parsed values are already normalized: fill the fields directly instead of __init__'s checks.
-    var.block, var.name, var.shape, var.dtype, var.lod_level = block, name, shape, dtype, lod_level
-    var.persistable, var.stop_gradient, var.type = persistable, stop_gradient, vtype
-    var.need_check_feed = var.is_data = need_check_feed
+    # Parsed values are already normalized: fill the fields directly instead of __init__'s checks
+    # (into __dict__: the variable is not in its block yet, so its tracked fields have nothing to bump).
+    var.__dict__.update(block=block, name=name, shape=shape, dtype=dtype, lod_level=lod_level,
+                        persistable=persistable, stop_gradient=stop_gradient, type=vtype,
+                        need_check_feed=need_check_feed, is_data=need_check_feed)
     attrs = fields.get("attrs")
     if attrs:
         var.desc_attrs = [_var_attr(block.idx, name, a) for a in attrs]
