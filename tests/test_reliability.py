@@ -277,7 +277,7 @@ def test_check_nan_inf_names_the_first_op_and_keeps_the_state():
     with fj.program_guard(main, startup):
         x = layer.data("x", input_size=4)
         h = layer.fc(x, 4)
-        bad = layer.log(h)                             # NaN for negative h
+        bad = layer.log(layer.scale(h, bias=-100.0))   # NaN: every value is far below 0
         cost = layer.mean(bad)
         fj.optimizer.SGD(0.1).minimize(cost)
     exe, scope = fj.Executor(), fj.Scope()
