@@ -281,7 +281,7 @@ def _ratio(a: dict | None, b: dict | None, width: int) -> str:
 
 
 def run_startup(names: list[str], skip_paddle: bool, skip_jax: bool, jax_timeout: float) -> None:
-    print(f"start-up: seconds from exe.run(startup) until every parameter is ready, one fresh process per cell")
+    print("start-up: seconds from exe.run(startup) until every parameter is ready, one fresh process per cell")
     print(f"{'model':<14} {'params':>8} {'tensors':>8} {'build':>7} {'fluidjax':>10} {'Paddle':>10} {'JAX jit':>10} "
           f"{'JAX eager':>10} {'target':>7} {'fluidjax/jit':>13} {'fluidjax/eager':>15} {'Paddle/fluidjax':>16}")
     timed_out: set[str] = set()

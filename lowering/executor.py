@@ -16,8 +16,6 @@ import dataclasses
 import secrets
 import threading
 import weakref
-from itertools import repeat
-from operator import is_not
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -86,8 +84,6 @@ class _Plan:
     const_state: tuple[str, ...]     # only read
     written_state: tuple[str, ...]   # persistable outputs
     random: bool
-    feed_dtypes: dict[str, np.dtype] = dataclasses.field(default_factory=dict)
-    feed_shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     # scope -> {which state: [LoDTensor]}: where this plan's state lives in a scope (weak, so a
     # dropped scope takes its arrays with it).
     tensor_cache: weakref.WeakKeyDictionary = dataclasses.field(default_factory=weakref.WeakKeyDictionary)
@@ -96,7 +92,8 @@ class _Plan:
     has_checks: bool = False               # the step returns check flags (in-step index or NaN/Inf checks)
     host_checks: dict = dataclasses.field(default_factory=dict)   # feed name -> [HostIndexCheck]
     host_checked: frozenset = frozenset()  # (id(op), slot, component) of the index inputs checked on the host
-    feed_specs: tuple = ()                 # (name, dtype, declared shape, variable, host checks) per feed
+    feed_specs: tuple = ()                 # per feed: (name, dtype, declared shape, variable, host checks,
+                                           # known dims after the first, rank)
     last_scope: tuple | None = None        # the last scope's binding: see Executor._bind
     committed_scope: Any = lambda: None    # weakref to the scope whose state was last put on the device
     check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
@@ -409,8 +406,6 @@ class Executor:
             random=any(registry.get(op.type).random or "seed" in registry.get(op.type).attrs
                        for op in jit_ops),
             first_reader=external,
-            feed_dtypes={n: dtypes.to_numpy(block.var(n).dtype) for n in feed_names if block.var(n).dtype},
-            feed_shapes={n: block.var(n).shape for n in feed_names},
             has_checks=check_nan_inf or in_step,
             host_checks=host_checks, host_checked=frozenset(host_checked),
             empty_undefined=next((op.type for op in jit_ops if op.type in _UNDEFINED_ON_EMPTY
@@ -418,9 +413,9 @@ class Executor:
             fixed_random_ops=fixed,
             on_host=not feed_names and not external and host_init.can_run(jit_ops),
         )
-        plan.feed_specs = tuple((n, plan.feed_dtypes[n], plan.feed_shapes[n], block.var(n),
-                                 tuple(host_checks.get(n, ())), _fast_tail(plan.feed_shapes[n]),
-                                 len(plan.feed_shapes[n])) for n in feed_names)
+        plan.feed_specs = tuple((n, dtypes.to_numpy(var.dtype), var.shape, var, tuple(host_checks.get(n, ())),
+                                 _fast_tail(var.shape), len(var.shape))
+                                for n, var in ((n, block.var(n)) for n in feed_names))
         return plan
 
     @staticmethod

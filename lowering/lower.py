@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..ir import callstack, dtypes, registry, shape
+from ..ir import dtypes, registry, shape
 from ..ir.errors import OpRuntimeError, ShapeError
 from ..ir.program import EMPTY_VAR_NAME
 from .checks import StepChecks
@@ -145,7 +145,7 @@ def _pad_rows(value: LoDValue, rows: int) -> LoDValue:
 
 
 def _declared_lod(op, name: str) -> bool:
-    var = op.block.find_var(name) if hasattr(op.block, "find_var") else None
+    var = op.block.find_var(name)
     return bool(var is not None and var.lod_level)
 
 
