@@ -195,6 +195,9 @@ from .math_layers import *  # noqa: E402,F401,F403
 from .nn_layers import *  # noqa: E402,F401,F403
 from .tensor_layers import *  # noqa: E402,F401,F403
 from .sequence_layers import *  # noqa: E402,F401,F403
+from .recurrent_layers import *  # noqa: E402,F401,F403
+from .crf_layers import *  # noqa: E402,F401,F403
+from .control_flow_layers import *  # noqa: E402,F401,F403
 
 
 def _make_atomic() -> None:

@@ -1,4 +1,4 @@
 """Op definitions, one module per family; importing this package registers them all."""
 
-from . import (activation, conv, logic, loss, manipulation, math, nn, norm,  # noqa: F401
-               optimizer, random, reduce, sequence, tensor)
+from . import (activation, control_flow, conv, crf, extra, logic, loss, manipulation, math, nn,  # noqa: F401
+               norm, optimizer, random, recurrent_lod, reduce, sequence, tensor, vision)
