@@ -10,7 +10,7 @@ Paddle's wire format — lowered to ``jax.jit`` functions that run on CPU, GPU o
 import sys as _sys
 
 from . import ir, lowering  # noqa: F401  (lowering registers the ops)
-from .frontend import ParamAttr, Variable, clip, initializer, optimizer, program_guard, regularizer
+from .frontend import ParamAttr, Variable, clip, initializer, nets, optimizer, program_guard, regularizer
 from .frontend import layers as layer
 from .ir import (FeedError, FluidJaxError, IndexOutOfRangeError, NumericCheckError, ProgramFormatError,
                  UnregisteredOpError, VariableNotFoundError, append_backward, OpRuntimeError, Parameter, Program, ShapeError, SymbolicValueError,
@@ -32,6 +32,6 @@ __all__ = [
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",
-    "program_guard", "unique_name", "optimizer", "regularizer", "clip",
+    "program_guard", "unique_name", "nets", "optimizer", "regularizer", "clip",
     "DataFeeder", "batch", "create_lod_tensor", "create_random_int_lodtensor", "reader",
 ]
