@@ -90,7 +90,43 @@ def main(argv: list[str] | None = None) -> int:
         correct += int((probs.argmax(-1) == labels.argmax(-1)).sum())
         total += len(labels)
     print(f"== Evaluation with the for_test clone: accuracy {correct / total:.1%} on {total} held-out images ==")
-    return 0 if np.mean(losses[-10:]) < losses[0] else 1
+    sequences_ok = sequences_demo()
+    return 0 if np.mean(losses[-10:]) < losses[0] and sequences_ok else 1
+
+
+def sequences_demo() -> bool:
+    """The seeds' variable-length inputs: ``paragraph`` (lod_level 2: paragraphs of sentences of
+    words) pooled twice, and ``video`` (lod_level 1: videos of frames) pooled once, each then
+    through an fc. Returns whether the paragraph result matches NumPy."""
+    print("\n== The seeds' LoD inputs: paragraphs of sentences of words, and videos of frames ==")
+    main, startup = fj.Program(), fj.Program()
+    startup.random_seed = 1
+    with fj.program_guard(main, startup):
+        paragraph = layer.data("paragraph", lod_level=2, input_size=6000)
+        sentences = layer.sequence_pool(paragraph, "sum")           # words -> one row per sentence
+        paragraphs = layer.sequence_pool(sentences, "average")     # sentences -> one row per paragraph
+        p_out = layer.fc(paragraphs, output_size=10)
+        video = layer.data("video", lod_level=1, input_size=64 * 48)
+        v_out = layer.fc(layer.sequence_pool(video, "max"), output_size=10)
+    scope = fj.Scope()
+    exe = fj.Executor()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(7)
+    # 2 paragraphs: the first has 2 sentences (3 and 4 words), the second 1 sentence (2 words).
+    words = rng.random((9, 6000), dtype=np.float32)
+    para = fj.create_lod_tensor(words, [[2, 1], [3, 4, 2]])
+    frames = fj.create_lod_tensor(rng.random((5, 64 * 48), dtype=np.float32), [[2, 3]])
+    p, v = exe.run(main, feed={"paragraph": para, "video": frames}, fetch_list=[p_out, v_out], scope=scope)
+    print(f"paragraph: lod {para.lod()} -> sentences (lod_level {sentences.lod_level}) -> "
+          f"paragraphs (lod_level {paragraphs.lod_level}) -> fc: {p.shape}")
+    print(f"video: lod {frames.lod()} -> max over frames -> fc: {v.shape}")
+    pooled = np.stack([(words[0:3].sum(0) + words[3:7].sum(0)) / 2, words[7:9].sum(0)]).astype(np.float64)
+    w_name, b_name = [param.name for param in main.global_block().all_parameters()][:2]   # the paragraph fc's
+    w = np.asarray(scope.find_var(w_name).get_tensor(), np.float64)
+    b = np.asarray(scope.find_var(b_name).get_tensor(), np.float64)
+    ok = bool(np.allclose(p, pooled @ w + b, rtol=1e-3, atol=1e-3))
+    print(f"paragraph result {'matches' if ok else 'DIFFERS from'} NumPy's")
+    return ok
 
 
 if __name__ == "__main__":

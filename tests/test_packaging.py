@@ -40,3 +40,4 @@ def test_demo_runs():
     out = result.stdout
     assert "fc_0.w_0 : shape=(4096, 100)" in out and "same result" in out
     assert "accuracy" in out
+    assert "paragraph result matches NumPy's" in out and "lod [[0, 2, 5]]" in out
