@@ -403,11 +403,15 @@ def dropout(x: Variable, dropout_prob: float, is_test: bool = False, seed: int |
 def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False, is_distributed: bool = False,
               padding_idx: int | None = None, param_attr=None, dtype="float32") -> Variable:
     """Look up rows of a [vocabulary, width] table (``size``) for the int64 ids in ``input``:
-    the result has ``input``'s shape plus [width] (op ``lookup_table_v2``). Rows for
+    the result has ``input``'s shape plus [width] (op ``lookup_table_v2``). Ids whose last
+    dimension is 1 — Fluid 1.x's spelling, e.g. the words of a LoD sentence, ``[-1, 1]`` — give
+    ``input``'s shape with that 1 replaced by [width] (op ``lookup_table``, as Fluid's
+    ``layers.embedding`` wrote it), so a sequence of words becomes a sequence of rows. Rows for
     ``padding_idx`` (negative counts from the end) are zeros and get no gradient. The table's
     gradient is dense; ``is_sparse`` / ``is_distributed`` are accepted for compatibility.
 
     >>> emb = embedding(words, size=[10000, 64])   # words (-1, T) int64 -> (-1, T, 64)
+    >>> emb = embedding(sentence, size=[10000, 64])   # sentence (-1, 1), lod_level 1 -> (-1, 64)
     """
     if len(size) != 2 or any(int(s) <= 0 for s in size):
         raise ValueError(f"embedding: size must be [vocabulary, width], got {size!r}")
@@ -423,7 +427,8 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False, is_
             raise ValueError(f"embedding: padding_idx={padding_idx} is outside the vocabulary of {vocab}")
     w = helper.create_parameter(ParamAttr.to_attr(param_attr) or ParamAttr(), (vocab, int(size[1])),
                                 dtypes.normalize(dtype))
-    return helper.simple_op("lookup_table_v2", {"Ids": input, "W": w}, {"padding_idx": pad}, dtype=w.dtype)
+    op_type = "lookup_table" if input.ndim >= 2 and input.shape[-1] == 1 else "lookup_table_v2"
+    return helper.simple_op(op_type, {"Ids": input, "W": w}, {"padding_idx": pad}, dtype=w.dtype)
 
 
 def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: bool = False, alpha: float = 1.0,
