@@ -74,28 +74,48 @@ def _activate(x: Variable, activation, helper: LayerHelper) -> Variable:
     return helper.simple_op(activation, {"X": x})
 
 
-def fc(input: Variable, output_size: int, activation: str | Callable | None = None, num_flatten_dims: int = 1,
-       param_attr=None, bias_attr=None, name: str | None = None) -> Variable:
+def fc(input: Variable | Sequence[Variable], output_size: int, activation: str | Callable | None = None,
+       num_flatten_dims: int = 1, param_attr=None, bias_attr=None, name: str | None = None) -> Variable:
     """A fully connected layer: ``activation(input · W + b)``, emitted as ``mul``, ``elementwise_add``
     and the activation op. ``W`` is ``[prod(input.shape[num_flatten_dims:]), output_size]``.
+
+    ``input`` may be a list of Variables (Fluid 1.x): each gets its own weight (``fc_0.w_0``,
+    ``fc_0.w_1``, … — ``param_attr`` may be a list with one attr per input), the products are
+    added by a ``sum`` op, and one bias follows.
+
+    >>> fc([fc_last, lstm_last], output_size=2, activation="softmax")   # doctest: +SKIP
     """
     if not isinstance(output_size, int) or output_size <= 0:
         raise ValueError(f"fc: output_size must be a positive int, got {output_size!r}")
+    inputs = list(input) if isinstance(input, (list, tuple)) else [input]
+    if not inputs:
+        raise ValueError("fc: input is an empty list")
+    attrs = list(param_attr) if isinstance(param_attr, (list, tuple)) else [param_attr] * len(inputs)
+    if len(attrs) != len(inputs):
+        raise ValueError(f"fc: {len(attrs)} param_attr for {len(inputs)} inputs")
     helper = LayerHelper("fc", name)
-    in_features = 1
-    for d in input.shape[num_flatten_dims:]:
-        if d < 0:
-            raise ShapeError(f"fc: the dims of {input.name!r} {input.shape} after num_flatten_dims="
-                             f"{num_flatten_dims} must be known to size the weight")
-        in_features *= d
-    w = helper.create_parameter(ParamAttr.to_attr(param_attr), (in_features, output_size), input.dtype)
-    tmp = helper.create_tmp(input.dtype)
-    helper.append_op("mul", {"X": input, "Y": w}, {"Out": tmp},
-                     {"x_num_col_dims": num_flatten_dims, "y_num_col_dims": 1})
+    dtype = inputs[0].dtype
+    products = []
+    for x, attr in zip(inputs, attrs):
+        in_features = 1
+        for d in x.shape[num_flatten_dims:]:
+            if d < 0:
+                raise ShapeError(f"fc: the dims of {x.name!r} {x.shape} after num_flatten_dims="
+                                 f"{num_flatten_dims} must be known to size the weight")
+            in_features *= d
+        w = helper.create_parameter(ParamAttr.to_attr(attr), (in_features, output_size), dtype)
+        tmp = helper.create_tmp(dtype)
+        helper.append_op("mul", {"X": x, "Y": w}, {"Out": tmp},
+                         {"x_num_col_dims": num_flatten_dims, "y_num_col_dims": 1})
+        products.append(tmp)
+    tmp = products[0]
+    if len(products) > 1:
+        tmp = helper.create_tmp(dtype)
+        helper.append_op("sum", {"X": products}, {"Out": tmp}, {})
     battr = ParamAttr.to_attr(bias_attr)
     if battr is not None:
-        b = helper.create_parameter(battr, (output_size,), input.dtype, is_bias=True)
-        pre = helper.create_tmp(input.dtype)
+        b = helper.create_parameter(battr, (output_size,), dtype, is_bias=True)
+        pre = helper.create_tmp(dtype)
         helper.append_op("elementwise_add", {"X": tmp, "Y": b}, {"Out": pre}, {"axis": num_flatten_dims})
         tmp = pre
     return _activate(tmp, activation, helper)

@@ -139,3 +139,19 @@ def test_img_conv_group_checks_per_conv_lists():
         with pytest.raises(ValueError, match="conv_padding has 3 entries for 2"):
             fj.nets.img_conv_group(layer.data("img", shape=[2, 6, 6]), conv_num_filter=[3, 3], pool_size=2,
                                    conv_padding=[1, 1, 1])
+
+
+def test_fc_of_a_list_sums_one_product_per_input():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(3, 4)).astype("float32"), rng.normal(size=(3, 2)).astype("float32")
+
+    def build():
+        return layer.fc([layer.data("a", shape=[4]), layer.data("b", shape=[2])], 5, activation="tanh")
+
+    main, out, got, params = _run(build, {"a": a, "b": b})
+    assert [op.type for op in main.global_block().ops] == ["mul", "mul", "sum", "elementwise_add", "tanh"]
+    ops = main.global_block().ops
+    w0, w1 = (params[op.input("Y")[0]] for op in ops[:2])
+    bias = params[ops[3].input("Y")[0]]
+    np.testing.assert_allclose(got, np.tanh(a @ w0 + b @ w1 + bias), rtol=1e-5, atol=1e-6)
+    _paddle_runs_it(main, out, {"a": a, "b": b}, params, got)
