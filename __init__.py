@@ -20,6 +20,7 @@ from .lowering import CPUPlace, CUDAPlace, Executor, LoDTensor, Scope, TPUPlace,
 from .lowering.flags import get_flags, set_flags
 from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
+from .viz import draw
 
 # `import fluidjax.reader` / `from fluidjax.reader import shuffle` work like the attribute.
 _sys.modules[__name__ + ".reader"] = reader
@@ -34,4 +35,5 @@ __all__ = [
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",
     "program_guard", "unique_name", "nets", "optimizer", "regularizer", "clip",
     "DataFeeder", "batch", "create_lod_tensor", "create_random_int_lodtensor", "reader",
+    "draw",
 ]

@@ -594,7 +594,9 @@ class Program:
                 parts.append(f"<tr><td>{i}</td><td><b>{esc(op.type)}</b></td><td>{ins}</td>"
                              f"<td>{outs}</td><td>{attrs}</td></tr>")
             parts.append("</table>")
-        return "".join(parts)
+        from ..viz.notebook import with_graph  # display only: the IR does not need it otherwise
+
+        return with_graph(self, "".join(parts))
 
 
 # -- default programs --------------------------------------------------------------------------
