@@ -20,6 +20,7 @@ from .lowering import CPUPlace, CUDAPlace, Executor, LoDTensor, Scope, TPUPlace,
 from .lowering.flags import get_flags, set_flags
 from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
+from . import io  # noqa: E402  (fj.io: Paddle's saved models and checkpoints, StableHLO export)
 from .viz import draw
 
 # `import fluidjax.reader` / `from fluidjax.reader import shuffle` work like the attribute.

@@ -68,3 +68,26 @@ class NumericCheckError(FluidJaxError, FloatingPointError):
 
 class IndexOutOfRangeError(NumericCheckError, IndexError):
     """An index-taking op (a label, an id, a gather index) got an index outside its range."""
+
+
+class TensorFormatError(FluidJaxError, ValueError):
+    """A saved tensor file (Paddle's tensor stream) is malformed, truncated or of another format;
+    ``path`` and ``variable`` say which file and which variable (None where unknown)."""
+
+    def __init__(self, message: str, path: str | None = None, variable: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.variable = variable
+
+
+class UnsafeFormatError(TensorFormatError):
+    """A file in a format whose loading could execute code (a Python pickle, as Paddle's
+    ``.pdparams`` checkpoints are): fluidjax refuses it and never unpickles."""
+
+
+class ParameterMismatchError(TensorFormatError):
+    """A saved tensor's dtype or shape differs from the program's variable of that name."""
+
+
+class OpVersionError(FluidJaxError, ValueError):
+    """A program was saved with an op version whose semantics fluidjax does not implement."""

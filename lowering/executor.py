@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..ir import dtypes, registry
-from ..ir.errors import FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError
+from ..ir.errors import (FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError,
+                         UnregisteredOpError)
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
 from . import flags, host_init
@@ -345,6 +346,10 @@ class Executor:
 
     def _make_plan(self, program: Program, feed_names, fetch_names) -> _Plan:
         block = program.global_block()
+        _check_implemented(program)
+        if not fetch_names:
+            # A loaded inference model's fetch ops name what it computes (Paddle runs them).
+            fetch_names = tuple(_fetch_op_targets(block))
         for name in feed_names:
             if block.find_var(name) is None:
                 raise FeedError(f"feed {name!r} is not a variable of the program; its data variables are "
@@ -362,6 +367,8 @@ class Executor:
         needed = set(fetch_names)
         kept = []
         for op in reversed(block.ops):
+            if op.type in FEED_FETCH_OPS:      # a saved model's feed/fetch ops: feeds and fetches go by name
+                continue
             writes_state = any(block.var(n).persistable for n in op.output_arg_names)
             if writes_state or needed.intersection(op.output_arg_names):
                 kept.append(op)
@@ -553,6 +560,26 @@ class Executor:
     def _run_host_ops(self, plan: _Plan, scope: Scope) -> None:
         for op in plan.host_ops:
             registry.get(op.type).compute(op, scope)
+
+
+# Ops of saved inference models that move data in and out of the program (Paddle's feed/fetch
+# lists); the Executor feeds and fetches by variable name, so it leaves them out of the step.
+FEED_FETCH_OPS = frozenset({"feed", "fetch"})
+
+
+def _check_implemented(program: Program) -> None:
+    """Every op type of every block that fluidjax does not implement, in one error, before anything runs."""
+    missing = sorted({op.type for b in program.blocks for op in b.ops
+                      if op.type not in FEED_FETCH_OPS and not registry.has(op.type)})
+    if missing:
+        raise UnregisteredOpError(f"the program uses {len(missing)} op type(s) fluidjax does not implement: "
+                                  f"{', '.join(missing)}")
+
+
+def _fetch_op_targets(block) -> list[str]:
+    """The variables the block's fetch ops read, in their ``col`` order."""
+    fetches = [op for op in block.ops if op.type == "fetch" and op.inputs.get("X")]
+    return [op.inputs["X"][0] for op in sorted(fetches, key=lambda op: op.attrs.get("col", 0))]
 
 
 def _not_computed(plan: _Plan, name: str) -> str:

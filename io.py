@@ -1,0 +1,664 @@
+"""Saved models and checkpoints in Paddle's formats, and StableHLO export (``fj.io``).
+
+- :func:`save_inference_model` / :func:`load_inference_model`: ``prefix.pdmodel`` (the pruned
+  ``ProgramDesc`` with ``feed``/``fetch`` ops) and ``prefix.pdiparams`` (every persistable variable,
+  one tensor stream each, sorted by name), as ``paddle.static.save_inference_model`` and
+  ``paddle.jit.save`` write them; also Fluid 1.x directories (``__model__`` plus one file per
+  variable, or one combined file).
+- :func:`save_persistables` / :func:`load_persistables` and :func:`save_params` /
+  :func:`load_params`: a training run's state (parameters, optimizer moments, beta pows, learning
+  rate, counters) in the layout of Paddle's ``save``/``save_combine`` ops, so a run moves between
+  Paddle and fluidjax in either direction.
+- :func:`export`: a ``jax.export.Exported`` of the inference function, parameters embedded.
+
+Safety (see ``docs/interop.md``): nothing is ever unpickled; every size in a file is checked
+against the file before anything is allocated; saving writes a temporary file in the same
+directory, flushes and fsyncs it, then renames it over the target, so a crash leaves the
+previous file intact. The tensor layout itself is in :mod:`fluidjax.tensor_stream`.
+
+>>> # exe.run(startup); ...train...
+>>> # fj.io.save_inference_model("out/model", [x], [prob], exe)
+>>> # program, feeds, fetches = fj.io.load_inference_model("out/model", exe)
+>>> # out, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .ir import dtypes, registry
+from .ir.errors import (FeedError, OpVersionError, ProgramFormatError, TensorFormatError,
+                        UninitializedVariableError, UnregisteredOpError)
+from .ir.program import Program, default_main_program
+from .ir.serialize import program_from_proto, program_to_proto
+from .ir.variable import Variable
+from .lowering.lod_tensor import LoDTensor
+from .lowering.scope import Scope, global_scope
+from .proto import framework_pb2 as pb
+from .tensor_stream import TensorReader, describe_foreign, refuse_pickle, write_tensor
+
+__all__ = ["save_inference_model", "load_inference_model", "save_persistables", "load_persistables",
+           "save_params", "load_params", "save_vars", "load_vars", "export", "feed_target_names",
+           "fetch_target_names", "check_program", "resolve_model_paths", "SUPPORTED_OP_VERSIONS",
+           "PROGRAM_VERSION"]
+
+# ProgramDesc.version Paddle 2.6.2 writes (major*1e6 + minor*1e3 + patch).
+PROGRAM_VERSION = 2006002
+
+# The op versions Paddle 2.6.2 registers (REGISTER_OP_VERSION; the op_version_map it writes into
+# every saved program). An op not listed is at version 0. fluidjax's op rules follow Paddle
+# 2.6.2, so it runs each op at the version listed and every earlier one (Paddle's upgrades add
+# attributes or inputs with defaults that keep the older meaning); a program saved with a later
+# version than this, by a newer Paddle, may mean something fluidjax does not implement.
+SUPPORTED_OP_VERSIONS: dict[str, int] = {
+    "affine_grid": 1, "allclose": 2, "auc": 1, "clip": 1, "coalesce_tensor": 2, "collect_fpn_proposals": 1,
+    "conv2d": 1, "conv2d_transpose": 2, "conv3d": 1, "conv3d_transpose": 1, "cudnn_lstm": 1, "cumsum": 1,
+    "data_norm": 1, "depthwise_conv2d": 1, "depthwise_conv2d_transpose": 1, "dequantize": 1,
+    "distribute_fpn_proposals": 2, "elementwise_add": 1, "elementwise_div": 1, "elementwise_mul": 1,
+    "elementwise_pow": 1, "elementwise_sub": 1, "equal": 1, "fake_channel_wise_dequantize_max_abs": 2,
+    "fake_channel_wise_quantize_abs_max": 1, "fill_constant": 2, "flip": 1, "for_pybind_test__": 4,
+    "gather": 1, "generate_proposal_labels": 2, "generate_proposals": 2, "generate_proposals_v2": 1,
+    "greater_equal": 1, "greater_than": 1, "grid_sampler": 1, "hard_shrink": 1, "instance_norm": 1,
+    "lamb": 1, "leaky_relu": 1, "less_equal": 1, "less_than": 1, "linspace": 1, "lookup_table": 1,
+    "lookup_table_v2": 1, "lstsq": 1, "matmul": 1, "matrix_nms": 1, "mish": 1, "momentum": 1,
+    "moving_average_abs_max_scale": 2, "not_equal": 1, "p_norm": 1, "pixel_shuffle": 1, "print": 1,
+    "quantize": 2, "rank_attention": 1, "requantize": 1, "roi_align": 3, "roi_pool": 2, "roll": 2,
+    "seed": 1, "send_and_recv": 1, "set_value": 4, "softplus": 1, "trace": 1, "transfer_layout": 1,
+    "unique_consecutive": 1, "yolo_box": 1,
+}
+
+# Ops that move data between the caller and the program: the Executor feeds and fetches by name.
+FEED_FETCH_OPS = frozenset({"feed", "fetch"})
+FEED_HOLDER, FETCH_HOLDER = "feed", "fetch"
+_NOT_SAVED_TYPES = frozenset({dtypes.FEED_MINIBATCH, dtypes.FETCH_LIST, dtypes.RAW, 15})  # 15: READER
+_T = registry.ATTR_TYPES
+
+MODEL_SUFFIX, PARAMS_SUFFIX = ".pdmodel", ".pdiparams"
+LEGACY_MODEL_FILE = "__model__"
+
+
+# -- atomic files -------------------------------------------------------------------------------
+class _AtomicFiles:
+    """Files written to temporaries in their target's directory and renamed over the targets only
+    when all of them are complete and fsynced: a crash before :meth:`commit` leaves the previous
+    files as they were (and at most a stray ``.<name>.*.tmp``)."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, str]] = []
+
+    def write(self, path: str, fill: Callable[[Any], None]) -> None:
+        """Write ``path``'s new content with ``fill(file)`` into a temporary file."""
+        path = os.path.abspath(path)
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"cannot save to {path}: it is a directory")
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                fill(f)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        self._pending.append((tmp, path))
+
+    def commit(self) -> None:
+        """Rename every temporary over its target, then fsync the directories."""
+        folders = set()
+        for tmp, path in self._pending:
+            os.replace(tmp, path)
+            folders.add(os.path.dirname(path))
+        self._pending = []
+        for folder in folders:
+            _fsync_dir(folder)
+
+    def abort(self) -> None:
+        """Remove the temporaries (the targets were never touched)."""
+        for tmp, _ in self._pending:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        self._pending = []
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- variables ----------------------------------------------------------------------------------
+def _is_saved(var: Variable) -> bool:
+    """Paddle's ``is_persistable`` as ``save_vars`` applies it: persistable, not a feed/fetch
+    list, reader or RAW holder."""
+    return bool(var.persistable) and var.type not in _NOT_SAVED_TYPES
+
+
+def _is_parameter(var: Variable) -> bool:
+    """Paddle's ``is_parameter``: a Parameter (weights, biases, batch-norm statistics)."""
+    return bool(var.is_parameter)
+
+
+def _program_vars(program: Program, predicate: Callable[[Variable], bool]) -> list[Variable]:
+    """The variables of every block that ``predicate`` accepts, one per name, sorted by name."""
+    found: dict[str, Variable] = {}
+    for var in program.list_vars():
+        if var.name not in found and predicate(var):
+            found[var.name] = var
+    return [found[n] for n in sorted(found)]
+
+
+def _names_of(items, what: str) -> list[str]:
+    if isinstance(items, (Variable, str)):
+        items = [items]
+    names = []
+    for item in items:
+        if isinstance(item, Variable):
+            names.append(item.name)
+        elif isinstance(item, str):
+            names.append(item)
+        else:
+            raise TypeError(f"{what} must be Variables or variable names, got {item!r}")
+    return names
+
+
+def _scope_value(scope: Scope, name: str) -> tuple[np.ndarray, list[list[int]]]:
+    holder = scope.find_var(name)
+    tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
+    if tensor is None or not tensor._is_initialized():
+        raise UninitializedVariableError(
+            f"cannot save variable {name!r}: it has no value in the scope (run the startup program first)")
+    return np.asarray(tensor.value()), tensor.lod()
+
+
+def _set_scope_values(scope: Scope, values: dict[str, tuple[np.ndarray, list]]) -> None:
+    """Write loaded tensors into ``scope`` (all were read and checked before: a bad file changes nothing)."""
+    for name, (array, lod) in values.items():
+        tensor = scope.var(name).get_mutable(LoDTensor)
+        tensor.set_lod([])
+        tensor.set(array)
+        if lod:
+            tensor.set_lod(lod)
+
+
+def _safe_join(dirname: str, name: str) -> str:
+    """``dirname/name`` for a variable's own file; a name that would leave the directory (an
+    absolute path, ``..``) is refused (a hostile program must not read or write elsewhere)."""
+    parts = name.replace("\\", "/").split("/")
+    if not name or os.path.isabs(name) or any(p in ("", ".", "..") for p in parts) or "\x00" in name:
+        raise TensorFormatError(f"variable name {name!r} cannot be a file name inside {dirname!r}", variable=name)
+    return os.path.join(dirname, *parts)
+
+
+# -- tensors to and from files --------------------------------------------------------------------
+def _write_vars(files: _AtomicFiles, scope: Scope, names: Sequence[str], dirname: str,
+                filename: str | None) -> None:
+    values = {n: _scope_value(scope, n) for n in names}   # every value first: a missing one saves nothing
+    if filename is None:
+        for name in names:
+            files.write(_safe_join(dirname, name), lambda f, v=values[name]: write_tensor(f, *v))
+    else:
+        def fill(f):
+            for name in sorted(names):
+                write_tensor(f, *values[name])
+        files.write(os.path.join(dirname, filename), fill)
+
+
+def _open_checked(path: str, what: str):
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise TensorFormatError(f"{path}: no such file ({what})", path=path) from None
+    except IsADirectoryError:
+        raise TensorFormatError(f"{path}: is a directory, expected {what}", path=path) from None
+    return f
+
+
+def _read_combined(path: str, variables: Sequence[Variable]) -> dict[str, tuple[np.ndarray, list]]:
+    values = {}
+    with _open_checked(path, "a combined parameters file") as f:
+        reader = TensorReader(f, path, os.fstat(f.fileno()).st_size)
+        reader.check_not_foreign()
+        for var in variables:
+            values[var.name] = reader.read_tensor(var.name, (var.dtype, var.shape))
+        if not reader.at_end():
+            raise TensorFormatError(
+                f"{path}: {reader.remaining} bytes are left after the last of the {len(variables)} variables "
+                "the program saves: the file holds more (or other) tensors than this program's persistable "
+                "variables (is it the parameters file of another model?)", path=path)
+    return values
+
+
+def _read_separate(dirname: str, variables: Sequence[Variable]) -> dict[str, tuple[np.ndarray, list]]:
+    values = {}
+    for var in variables:
+        path = _safe_join(dirname, var.name)
+        with _open_checked(path, f"the saved value of variable {var.name!r}") as f:
+            reader = TensorReader(f, path, os.fstat(f.fileno()).st_size)
+            values[var.name] = reader.read_tensor(var.name, (var.dtype, var.shape))
+            if not reader.at_end():
+                raise TensorFormatError(f"{path}: {reader.remaining} bytes are left after the tensor of "
+                                        f"variable {var.name!r}", path=path, variable=var.name)
+    return values
+
+
+def save_vars(executor, dirname: str, main_program: Program | None = None, vars: Iterable | None = None,
+              predicate: Callable[[Variable], bool] | None = None, filename: str | None = None,
+              scope: Scope | None = None) -> None:
+    """Save variables' values from ``scope`` (the global scope by default), as Paddle's
+    ``save_vars``: one file per variable under ``dirname`` (``filename`` None), or all of them in
+    ``dirname/filename`` sorted by name. Either ``vars`` (Variables or names) or ``predicate``.
+    """
+    del executor  # kept for Paddle's signature: values live in the scope
+    program = default_main_program() if main_program is None else main_program
+    scope = global_scope() if scope is None else scope
+    if vars is None:
+        names = [v.name for v in _program_vars(program, predicate or _is_saved)]
+    else:
+        names = _names_of(vars, "vars")
+    files = _AtomicFiles()
+    try:
+        _write_vars(files, scope, names, dirname, filename)
+        files.commit()
+    finally:
+        files.abort()
+
+
+def load_vars(executor, dirname: str, main_program: Program | None = None, vars: Iterable | None = None,
+              predicate: Callable[[Variable], bool] | None = None, filename: str | None = None,
+              scope: Scope | None = None) -> None:
+    """Load variables saved by :func:`save_vars` or Paddle's ``save_vars`` (``save`` /
+    ``save_combine`` ops) into ``scope``. Every tensor is read and checked against the program's
+    variable (dtype, shape) before the scope changes."""
+    del executor
+    program = default_main_program() if main_program is None else main_program
+    scope = global_scope() if scope is None else scope
+    if vars is None:
+        variables = _program_vars(program, predicate or _is_saved)
+    else:
+        block = program.global_block()
+        variables = [v if isinstance(v, Variable) else block.var(v) for v in
+                     (vars if not isinstance(vars, (str, Variable)) else [vars])]
+    if filename is None:
+        values = _read_separate(dirname, variables)
+    else:
+        values = _read_combined(os.path.join(dirname, filename), sorted(variables, key=lambda v: v.name))
+    _set_scope_values(scope, values)
+
+
+def save_persistables(executor, dirname: str, main_program: Program | None = None, filename: str | None = None,
+                      scope: Scope | None = None) -> None:
+    """Save every persistable variable of ``main_program`` — parameters and the optimizer's state
+    (moments, beta pows, learning rate, counters) — as Paddle's ``save_persistables`` does;
+    Paddle's ``load_vars``/``load_combine`` read it back."""
+    save_vars(executor, dirname, main_program, predicate=_is_saved, filename=filename, scope=scope)
+
+
+def load_persistables(executor, dirname: str, main_program: Program | None = None, filename: str | None = None,
+                      scope: Scope | None = None) -> None:
+    """Load what :func:`save_persistables` (or Paddle's ``save_vars`` of the persistables) wrote."""
+    load_vars(executor, dirname, main_program, predicate=_is_saved, filename=filename, scope=scope)
+
+
+def save_params(executor, dirname: str, main_program: Program | None = None, filename: str | None = None,
+                scope: Scope | None = None) -> None:
+    """Save the program's Parameters only (no optimizer state), as Paddle's ``save_params``."""
+    save_vars(executor, dirname, main_program, predicate=_is_parameter, filename=filename, scope=scope)
+
+
+def load_params(executor, dirname: str, main_program: Program | None = None, filename: str | None = None,
+                scope: Scope | None = None) -> None:
+    """Load what :func:`save_params` wrote."""
+    load_vars(executor, dirname, main_program, predicate=_is_parameter, filename=filename, scope=scope)
+
+
+# -- checks before anything runs ------------------------------------------------------------------
+def check_program(program: Program, source: str = "the program") -> None:
+    """Refuse a program fluidjax cannot run faithfully, before anything runs: every op type it
+    does not implement, across all blocks, in one :class:`UnregisteredOpError`; an op saved with a
+    version newer than fluidjax implements, :class:`OpVersionError`."""
+    missing: dict[str, int] = {}
+    used: set[str] = set()
+    for block in program.blocks:
+        for op in block.ops:
+            used.add(op.type)
+            if op.type not in FEED_FETCH_OPS and not registry.has(op.type):
+                missing[op.type] = missing.get(op.type, 0) + 1
+    if missing:
+        listed = ", ".join(f"{t} (x{n})" for t, n in sorted(missing.items()))
+        raise UnregisteredOpError(f"{source} uses {len(missing)} op type(s) fluidjax does not implement: {listed}")
+    for name, version in program.op_version_map or ():
+        if name in used and version > SUPPORTED_OP_VERSIONS.get(name, 0):
+            supported = SUPPORTED_OP_VERSIONS.get(name, 0)
+            raise OpVersionError(
+                f"{source} was saved with op {name!r} at version {version}; fluidjax implements versions "
+                f"0..{supported} of {name!r} (Paddle 2.6.2's), so it cannot promise the saved semantics")
+
+
+def feed_target_names(program: Program) -> list[str]:
+    """The variables the program's ``feed`` ops fill, in ``col`` order (Paddle's
+    ``desc.get_feed_target_names``)."""
+    return _targets(program, "feed", "Out")
+
+
+def fetch_target_names(program: Program) -> list[str]:
+    """The variables the program's ``fetch`` ops read, in ``col`` order."""
+    return _targets(program, "fetch", "X")
+
+
+def _targets(program: Program, op_type: str, slot: str) -> list[str]:
+    found = {}
+    for op in program.global_block().ops:
+        if op.type == op_type:
+            names = op.inputs.get(slot) if slot == "X" else op.outputs.get(slot)
+            if not names:
+                raise ProgramFormatError(f"a {op_type!r} op without its {slot} variable")
+            col = op.attrs.get("col", len(found))
+            if col in found:
+                raise ProgramFormatError(f"two {op_type!r} ops have col {col}")
+            found[col] = names[0]
+    return [found[c] for c in sorted(found)]
+
+
+# -- inference models -------------------------------------------------------------------------------
+def _referenced_in_blocks(desc: pb.ProgramDesc, block_ids: Iterable[int], seen: set[int]) -> set[str]:
+    names: set[str] = set()
+    for idx in block_ids:
+        if idx in seen or not 0 <= idx < len(desc.blocks):
+            continue
+        seen.add(idx)
+        for op in desc.blocks[idx].ops:
+            for v in list(op.inputs) + list(op.outputs):
+                names.update(v.arguments)
+            names |= _referenced_in_blocks(desc, _sub_blocks(op), seen)
+    return names
+
+
+def _sub_blocks(op: pb.OpDesc) -> list[int]:
+    ids = []
+    for a in op.attrs:
+        if a.type == _T["block"]:
+            ids.append(a.block_idx)
+        elif a.type == _T["blocks"]:
+            ids.extend(a.blocks_idx)
+    return ids
+
+
+def _attr(name: str, kind: str, value) -> pb.OpDesc.Attr:
+    attr = pb.OpDesc.Attr(name=name, type=_T[kind])
+    if kind == "int":
+        attr.i = value
+    elif kind == "string":
+        attr.s = value
+    elif kind == "bool":
+        attr.b = value
+    elif kind == "strings":
+        attr.strings.extend(value)
+    return attr
+
+
+def _feed_fetch_op(op_type: str, x: str, out: str, col: int) -> pb.OpDesc:
+    op = pb.OpDesc(type=op_type)
+    op.inputs.add(parameter="X", arguments=[x])
+    op.outputs.add(parameter="Out", arguments=[out])
+    # The attributes Paddle 2.6.2's prepend_feed_ops / append_fetch_ops write, sorted as it does.
+    op.attrs.extend([_attr("col", "int", col), _attr("op_callstack", "strings", []),
+                     _attr("op_device", "string", ""), _attr("op_namescope", "string", "/"),
+                     _attr("op_role", "int", 0), _attr("op_role_var", "strings", []),
+                     _attr("with_quant_attr", "bool", False)])
+    return op
+
+
+def inference_program_desc(program: Program, feed_names: Sequence[str], fetch_names: Sequence[str]) -> pb.ProgramDesc:
+    """The ``ProgramDesc`` Paddle 2.6.2's ``normalize_program`` makes: a for-test clone, a
+    ``scale`` op (``save_infer_model/scale_<i>``) on each non-bool fetch, pruned to the ops the
+    fetches need from the feeds, training-only fields cleared, ``feed`` ops (``col``) prepended
+    and ``fetch`` ops appended, the program version and op version map set."""
+    clone = program.clone(for_test=True)
+    block = clone.global_block()
+    for name in list(feed_names) + list(fetch_names):
+        if block.find_var(name) is None:
+            raise FeedError(f"variable {name!r} is not in the program's global block")
+    targets = []
+    for i, name in enumerate(fetch_names):
+        var = block.var(name)
+        if var.dtype != "bool":
+            out_name = next(f"save_infer_model/scale_{i}.tmp_{k}" for k in range(len(block.vars) + 1)
+                            if not block.has_var(f"save_infer_model/scale_{i}.tmp_{k}"))
+            out = block.create_var(out_name, var.shape, var.dtype, var.lod_level)
+            block.append_op("scale", {"X": [name]}, {"Out": [out]},
+                            {"scale": 1.0, "bias": 0.0, "bias_after_scale": True})
+            name = out.name
+        targets.append(name)
+    desc = program_to_proto(clone)
+    root = desc.blocks[0]
+    feeds = set(feed_names)
+
+    needed = set(targets)
+    kept = []
+    for op in reversed(root.ops):
+        if op.type in FEED_FETCH_OPS:
+            continue
+        outs = {n for v in op.outputs for n in v.arguments}
+        if (outs & needed) - feeds:
+            kept.append(op)
+            needed.update(n for v in op.inputs for n in v.arguments)
+            needed |= _referenced_in_blocks(desc, _sub_blocks(op), set())
+    kept.reverse()
+    produced = {n for op in kept for v in op.outputs for n in v.arguments}
+    declared = {v.name: v for v in root.vars}
+    for i, name in enumerate(feed_names):
+        if name not in needed:
+            raise FeedError(f"feed_vars[{i}] {name!r} is not needed to compute the fetch_vars; leave it out")
+    for name in sorted(needed - produced - feeds):
+        var = declared.get(name)
+        if var is not None and not var.persistable:
+            raise FeedError(f"the fetch_vars need variable {name!r}, which is neither fed (add it to feed_vars) "
+                            "nor computed by an op nor persistable")
+    referenced = needed | produced
+    for op in kept:
+        for v in list(op.inputs) + list(op.outputs):
+            referenced.update(v.arguments)
+    del root.ops[:]
+    root.ops.extend(kept)
+    keep_vars = sorted((v for v in root.vars if v.name in referenced), key=lambda v: v.name)
+    del root.vars[:]
+    root.vars.extend(keep_vars)
+    for b in desc.blocks:
+        for v in b.vars:                       # Paddle's _remove_training_info
+            v.ClearField("is_parameter")
+            v.ClearField("stop_gradient")
+        for op in b.ops:
+            extra = [a for a in op.attrs if a.name in ("op_callstack", "with_quant_attr")]
+            for a in extra:
+                op.attrs.remove(a)
+            op.ClearField("is_target")
+    root.vars.add(name=FEED_HOLDER, persistable=True).type.type = dtypes.FEED_MINIBATCH
+    root.vars.add(name=FETCH_HOLDER, persistable=True).type.type = dtypes.FETCH_LIST
+    for i, name in enumerate(feed_names):      # each prepended, as Paddle does: the last col comes first
+        root.ops.insert(0, _feed_fetch_op("feed", FEED_HOLDER, name, i))
+    for i, name in enumerate(targets):
+        root.ops.append(_feed_fetch_op("fetch", name, FETCH_HOLDER, i))
+    desc.version.version = PROGRAM_VERSION
+    desc.op_version_map.SetInParent()
+    del desc.op_version_map.pair[:]
+    for name, version in SUPPORTED_OP_VERSIONS.items():
+        desc.op_version_map.pair.add(op_name=name).op_version.version = version
+    return desc
+
+
+def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, program: Program | None = None,
+                         scope: Scope | None = None, **kwargs) -> None:
+    """Write ``path_prefix.pdmodel`` and ``path_prefix.pdiparams`` as Paddle 2.6.2's
+    ``paddle.static.save_inference_model`` does (see :func:`inference_program_desc`); the
+    parameters come from ``scope`` (the global scope by default). Both files are written to
+    temporaries first and renamed into place only when both are complete.
+
+    >>> # fj.io.save_inference_model("out/mlp", [x], [prob], exe)   # out/mlp.pdmodel, out/mlp.pdiparams
+    """
+    del executor
+    unknown = set(kwargs) - {"clip_extra", "legacy_format"}
+    if unknown:
+        raise TypeError(f"save_inference_model got unexpected arguments {sorted(unknown)}")
+    program = default_main_program() if program is None else program
+    scope = global_scope() if scope is None else scope
+    if not isinstance(path_prefix, str) or not path_prefix or path_prefix.endswith(("/", os.sep)):
+        raise ValueError(f"path_prefix must be 'dirname/name', got {path_prefix!r}")
+    feed_names = _names_of(feed_vars, "feed_vars")
+    fetch_names = _names_of(fetch_vars, "fetch_vars")
+    if not fetch_names:
+        raise FeedError("save_inference_model needs at least one fetch variable")
+    desc = inference_program_desc(program, feed_names, fetch_names)
+    model_bytes = desc.SerializeToString(deterministic=True)
+    saved = program_from_proto(desc)
+    names = [v.name for v in _program_vars(saved, _is_saved)]
+    files = _AtomicFiles()
+    try:
+        dirname, base = os.path.split(os.path.abspath(path_prefix))
+        if names:
+            _write_vars(files, scope, names, dirname, base + PARAMS_SUFFIX)
+        files.write(path_prefix + MODEL_SUFFIX, lambda f: f.write(model_bytes))
+        files.commit()
+    finally:
+        files.abort()
+
+
+def read_program(path: str) -> Program:
+    """Parse a saved program file (``.pdmodel``, ``__model__``); a pickle or any other format is a
+    typed error naming the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ProgramFormatError(f"{path}: no such model file") from None
+    except IsADirectoryError:
+        raise ProgramFormatError(f"{path}: is a directory, not a model file") from None
+    kind = describe_foreign(data[:8])
+    if kind == "pickle":
+        raise refuse_pickle(path, "a Paddle program (.pdmodel)")
+    if kind is not None:
+        raise ProgramFormatError(f"{path}: this file is {kind}, not a Paddle program (.pdmodel)")
+    try:
+        return Program.parse(data)
+    except ProgramFormatError as exc:
+        raise ProgramFormatError(f"{path}: {exc}") from None
+
+
+def resolve_model_paths(path_prefix: str, model_filename: str | None = None,
+                        params_filename: str | None = None) -> tuple[str, str | None, str | None]:
+    """(model file, params directory, combined params file name or None for one file per variable)
+    for Paddle's ways of naming a saved model:
+
+    - ``dir/name`` → ``dir/name.pdmodel`` + ``dir/name.pdiparams`` (``save_inference_model``, ``jit.save``);
+    - a directory → its ``model_filename`` (default ``__model__``) and ``params_filename`` (default:
+      one file per variable; ``__params__`` when that file exists), Fluid 1.x; a directory with no
+      ``__model__`` and exactly one ``*.pdmodel`` → that model and its ``.pdiparams``.
+    """
+    path_prefix = os.fspath(path_prefix)
+    if os.path.isdir(path_prefix):
+        dirname = path_prefix
+        if model_filename is None:
+            if os.path.isfile(os.path.join(dirname, LEGACY_MODEL_FILE)):
+                model_filename = LEGACY_MODEL_FILE
+            else:
+                models = sorted(n for n in os.listdir(dirname) if n.endswith(MODEL_SUFFIX))
+                if len(models) != 1:
+                    raise ProgramFormatError(
+                        f"{dirname}: no {LEGACY_MODEL_FILE} file, and {len(models)} *.pdmodel files "
+                        f"({', '.join(models) or 'none'}); name the model (dir/name or model_filename)")
+                return resolve_model_paths(os.path.join(dirname, models[0][:-len(MODEL_SUFFIX)]))
+        model = os.path.join(dirname, model_filename)
+        if not os.path.exists(model) and os.path.exists(model + MODEL_SUFFIX):
+            model += MODEL_SUFFIX
+        if params_filename is None and os.path.isfile(os.path.join(dirname, "__params__")):
+            params_filename = "__params__"
+        if params_filename is not None and not os.path.exists(os.path.join(dirname, params_filename)) \
+                and os.path.exists(os.path.join(dirname, params_filename + PARAMS_SUFFIX)):
+            params_filename += PARAMS_SUFFIX
+        return model, dirname, params_filename
+    model = path_prefix + MODEL_SUFFIX if model_filename is None else model_filename
+    params = path_prefix + PARAMS_SUFFIX if params_filename is None else params_filename
+    if not os.path.exists(params):
+        # A model without persistable variables has no parameters file.
+        return model, None, None
+    dirname, base = os.path.split(os.path.abspath(params))
+    return model, dirname, base
+
+
+def load_inference_model(path_prefix: str, executor=None, model_filename: str | None = None,
+                         params_filename: str | None = None, scope: Scope | None = None) -> list:
+    """Load a saved inference model: ``[program, feed_target_names, fetch_targets]``.
+
+    Reads what ``paddle.static.save_inference_model`` and ``paddle.jit.save`` write (``dir/name``
+    for ``name.pdmodel`` + ``name.pdiparams``; the ``.pdiparams.info`` pickle is never opened) and
+    Fluid 1.x directories (see :func:`resolve_model_paths`). The parameters go into ``scope`` (the
+    global scope by default) only after every one was read and checked. The program is checked
+    first (:func:`check_program`): unimplemented ops and too-new op versions are refused.
+
+    >>> # program, feeds, fetches = fj.io.load_inference_model("out/mlp", exe)
+    >>> # prob, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches)
+    """
+    del executor
+    scope = global_scope() if scope is None else scope
+    model, dirname, params = resolve_model_paths(path_prefix, model_filename, params_filename)
+    program = read_program(model)
+    check_program(program, model)
+    variables = _program_vars(program, _is_saved)
+    if variables:
+        if dirname is None:
+            raise TensorFormatError(f"{model}: the program has {len(variables)} persistable variables, but there "
+                                    f"is no parameters file {path_prefix + PARAMS_SUFFIX}")
+        values = (_read_combined(os.path.join(dirname, params), variables) if params is not None
+                  else _read_separate(dirname, variables))
+        _set_scope_values(scope, values)
+    feeds = feed_target_names(program)
+    fetches = [program.global_block().var(n) for n in fetch_target_names(program)]
+    return [program, feeds, fetches]
+
+
+def save_program_files(path_prefix_or_dir: str, program: Program, scope: Scope, combined: bool) -> list[str]:
+    """Write an already-inference ``program`` and its persistables from ``scope``: combined as
+    ``prefix.pdmodel`` + ``prefix.pdiparams``, or a Fluid 1.x directory (``__model__`` and one
+    file per variable). Returns the paths written (used by ``fluidjax convert``)."""
+    names = [v.name for v in _program_vars(program, _is_saved)]
+    data = program.serialize()
+    files = _AtomicFiles()
+    try:
+        if combined:
+            dirname, base = os.path.split(os.path.abspath(path_prefix_or_dir))
+            paths = [path_prefix_or_dir + MODEL_SUFFIX]
+            if names:
+                _write_vars(files, scope, names, dirname, base + PARAMS_SUFFIX)
+                paths.append(path_prefix_or_dir + PARAMS_SUFFIX)
+            files.write(paths[0], lambda f: f.write(data))
+        else:
+            dirname = path_prefix_or_dir
+            _write_vars(files, scope, names, dirname, None)
+            paths = [os.path.join(dirname, LEGACY_MODEL_FILE)] + [_safe_join(dirname, n) for n in names]
+            files.write(paths[0], lambda f: f.write(data))
+        files.commit()
+    finally:
+        files.abort()
+    return paths
+
+
+def export(program: Program, feed_vars, fetch_vars, scope: Scope | None = None, executor=None,
+           platforms: Sequence[str] | None = None):
+    """The inference function of ``program`` as a ``jax.export.Exported``; see :mod:`fluidjax.export`."""
+    from .export import export_program
+
+    return export_program(program, feed_vars, fetch_vars, scope=scope, platforms=platforms)
