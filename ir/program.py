@@ -555,6 +555,14 @@ class Program:
         return new
 
     # -- display ---------------------------------------------------------------------------------
+    def summary(self, print_fn=None) -> None:
+        """A Keras-style table: one row per layer (``fc_0``, ``conv2d_3``), its output shape,
+        parameters and FLOPs per example, and totals. Printed as text (``print_fn``, default
+        ``print``), or shown as HTML inside Jupyter; ``fluidjax.viz.summarize`` returns it."""
+        from ..viz.summary import print_summary  # display only
+
+        print_summary(self, print_fn)
+
     def __str__(self) -> str:
         lines = []
         for block in self.blocks:

@@ -4,5 +4,6 @@ Pure Python on top of :mod:`fluidjax.ir`: nothing here needs JAX or a system pac
 """
 
 from .draw import Drawing, draw
+from .summary import Summary, summarize
 
-__all__ = ["Drawing", "draw"]
+__all__ = ["Drawing", "Summary", "draw", "summarize"]
