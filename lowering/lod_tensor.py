@@ -456,11 +456,15 @@ class LoDTensor:
         return lod_problem(self._lod, _first_dim(shape)) is None
 
     def __repr__(self) -> str:
-        lod = f", lod={self._lod}" if self._lod else ""
-        if self._value is None:
-            dims = f"dims={list(self._dims)}, no memory" if self._dims is not None else "<empty>"
-            return f"LoDTensor({dims}{lod})"
-        return f"LoDTensor(shape={self.shape()}, dtype={self.dtype}{lod})"
+        """Shape, dtype, LoD and device on the first line, then a short preview of the values."""
+        from ..viz.values import tensor_text  # display only
+
+        return tensor_text(self)
+
+    def _repr_html_(self) -> str:
+        from ..viz.values import tensor_html
+
+        return tensor_html(self)
 
 
 # --------------------------------------------------------------------------------------------

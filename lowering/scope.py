@@ -129,7 +129,15 @@ class Scope:
         return self.find_var(name) is not None
 
     def __repr__(self) -> str:
-        return f"<Scope {len(self._vars)} vars>"
+        """``<Scope N vars>``, then one line per variable: kind, shape, dtype, size."""
+        from ..viz.values import scope_text  # display only
+
+        return scope_text(self)
+
+    def _repr_html_(self) -> str:
+        from ..viz.values import scope_html
+
+        return scope_html(self)
 
 
 _global_scope = Scope()

@@ -23,3 +23,53 @@ def test_notebook_runs(path, tmp_path):
 
 def test_there_is_a_quickstart_notebook():
     assert any(p.name == "quickstart.ipynb" for p in NOTEBOOKS)
+
+
+# -- how values show in a notebook -----------------------------------------------------------------
+
+def test_lod_tensor_shows_shape_dtype_lod_device_and_values():
+    import numpy as np
+    import xml.etree.ElementTree as ET
+
+    import fluidjax as fj
+
+    data = np.arange(15, dtype="float32").reshape(5, 3)
+    t = fj.LoDTensor(data, [[0, 2, 5]])
+    text = repr(t)
+    first, *rest = text.splitlines()
+    assert first == "LoDTensor(shape=(5, 3), dtype=float32, lod=[[0, 2, 5]], device=host)"
+    assert "\n".join(rest) == np.array2string(data, precision=4)
+    html = t._repr_html_()
+    ET.fromstring(html)     # well-formed
+    assert "lengths [[2, 3]]" in html and "float32" in html and "14." in html
+    big = fj.LoDTensor(np.zeros((5000, 3), "float32"))
+    assert "(first 4 of 5000 rows)" in repr(big) and len(repr(big).splitlines()) == 6
+    assert repr(fj.LoDTensor()) == "LoDTensor(<empty>)"
+
+
+def test_scope_lists_its_variables_with_kinds_and_sizes():
+    import xml.etree.ElementTree as ET
+
+    import numpy as np
+
+    import fluidjax as fj
+    from fluidjax import layer
+
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        layer.fc(layer.data("x", input_size=4), output_size=3)
+    scope = fj.Scope()
+    fj.Executor(fj.CPUPlace()).run(startup, scope=scope)
+    scope.var("note").set("hello")
+    lines = repr(scope).splitlines()
+    assert lines[0] == "<Scope 3 vars>"
+    w = next(line.split() for line in lines if "fc_0.w_0" in line)
+    assert w == ["fc_0.w_0", "LoDTensor", "(4,", "3)", "float32", "48", "B"]
+    assert any(line.split()[:2] == ["note", "str"] for line in lines[1:])
+    html = scope._repr_html_()
+    table = ET.fromstring(html[html.index("<table>"):html.index("</table>") + len("</table>")])
+    names = [tr.find("td").text for tr in table.findall("tr")[1:]]
+    assert names == ["fc_0.b_0", "fc_0.w_0", "note"]
+    assert f"{(4 * 3 + 3) * 4} B" in html
+    assert np.asarray(scope.find_var("fc_0.w_0").get_tensor()).shape == (4, 3)
+    assert "device=cpu:0" in repr(scope.find_var("fc_0.w_0").get_tensor())
