@@ -1,1 +1,702 @@
-"""Op definitions (being filled in; see the module's issue)."""
+"""Math and tensor ops that real saved models and Paddle 2.x's API produce, beyond the core families.
+
+Unary math (trigonometric, hyperbolic, log1p, erf) and activations (mish, selu, celu, shrinks,
+thresholded_relu); tests (isnan_v2, isinf_v2); bitwise ops; heaviside; logsumexp, p_norm, dist,
+cumprod; bmm, einsum; tril_triu, flip, roll, meshgrid, argsort; index_select and the
+take/put_along_axis pair; expand_as_v2; assign_value and set_value.
+
+Each op follows its Paddle 2.6.2 kernel (type name, slots, attributes, semantics); gradients are
+the vjp of the JAX rule except where Paddle defines none (bool and integer results).
+"""
+
+from __future__ import annotations
+
+import string
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ...ir import dtypes
+from ...ir.errors import OpRuntimeError
+from ...ir.registry import Attr, op
+from ...ir.shape import InferShapeContext, same_as
+from ._shapes import paddle_broadcast
+from .manipulation import static_ints
+
+
+def _fail(ctx, message: str):
+    raise OpRuntimeError(f"op {ctx.opdef.type!r}: {message}")
+
+
+def _const(x, value):
+    """``value`` as a scalar of x's dtype (keeps float32 programs float32)."""
+    return jnp.asarray(value, x.dtype)
+
+
+# -- unary math and activations --------------------------------------------------------------------
+def _unary(name: str, fn, doc: str, attrs: dict | None = None) -> None:
+    """Register op ``name``: Out = fn(X, ctx), same shape and dtype as X."""
+
+    def rule(ctx):
+        return {"Out": fn(ctx.input("X"), ctx)}
+
+    rule.__doc__ = doc
+    rule.__name__ = name
+    op(name, inputs="X", outputs="Out", attrs=attrs or {}, infer_shape=same_as("X"))(rule)
+
+
+def _mish(x, ctx):
+    # Paddle's softplus with a threshold: x above it, exp(x) below -threshold, log1p(exp(x)) between.
+    t = _const(x, ctx.attr("threshold"))
+    sp = jnp.where(x > t, x, jnp.where(x < -t, jnp.exp(jnp.minimum(x, t)), jnp.log1p(jnp.exp(jnp.minimum(x, t)))))
+    return x * jnp.tanh(sp)
+
+
+def _selu(x, ctx):
+    scale, alpha = _const(x, ctx.attr("scale")), _const(x, ctx.attr("alpha"))
+    return scale * jnp.where(x > 0, x, alpha * jnp.expm1(jnp.minimum(x, 0)))
+
+
+def _celu(x, ctx):
+    alpha = _const(x, ctx.attr("alpha"))
+    return jnp.where(x > 0, x, alpha * jnp.expm1(jnp.minimum(x, 0) / alpha))
+
+
+def _softshrink(x, ctx):
+    lam = _const(x, ctx.attr("lambda"))
+    return jnp.where(x > lam, x - lam, jnp.where(x < -lam, x + lam, jnp.zeros((), x.dtype)))
+
+
+def _hard_shrink(x, ctx):
+    t = _const(x, ctx.attr("threshold"))
+    return jnp.where((x > t) | (x < -t), x, jnp.zeros((), x.dtype))
+
+
+_unary("log1p", lambda x, ctx: jnp.log1p(x), "log(1 + X), accurate near 0.")
+_unary("erf", lambda x, ctx: jax.scipy.special.erf(x), "The error function of X.")
+_unary("sin", lambda x, ctx: jnp.sin(x), "sin(X).")
+_unary("cos", lambda x, ctx: jnp.cos(x), "cos(X).")
+_unary("tan", lambda x, ctx: jnp.tan(x), "tan(X).")
+_unary("asin", lambda x, ctx: jnp.arcsin(x), "arcsin(X).")
+_unary("acos", lambda x, ctx: jnp.arccos(x), "arccos(X).")
+_unary("atan", lambda x, ctx: jnp.arctan(x), "arctan(X).")
+_unary("sinh", lambda x, ctx: jnp.sinh(x), "sinh(X).")
+_unary("cosh", lambda x, ctx: jnp.cosh(x), "cosh(X).")
+_unary("mish", _mish, "X * tanh(softplus(X)), softplus being X above ``threshold`` (and exp(X) below "
+       "-threshold), as Paddle computes it.", {"threshold": 20.0})
+_unary("selu", _selu, "scale * (X where X > 0, else alpha * (exp(X) - 1)).",
+       {"scale": 1.0507009873554805, "alpha": 1.6732632423543772})
+_unary("celu", _celu, "X where X > 0, else alpha * (exp(X / alpha) - 1).", {"alpha": 1.0})
+_unary("thresholded_relu", lambda x, ctx: jnp.where(x > _const(x, ctx.attr("threshold")), x, jnp.zeros((), x.dtype)),
+       "X where X > threshold, else 0.", {"threshold": 1.0})
+_unary("tanh_shrink", lambda x, ctx: x - jnp.tanh(x), "X - tanh(X).")
+_unary("softshrink", _softshrink, "X - lambda above lambda, X + lambda below -lambda, else 0.", {"lambda": 0.5})
+_unary("hard_shrink", _hard_shrink, "X where |X| > threshold, else 0 (Paddle's name for hardshrink).",
+       {"threshold": 0.5})
+
+
+def _bool_like_x(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", x.shape, "bool", x.lod_level)
+
+
+@op("isnan_v2", inputs="X", outputs="Out", infer_shape=_bool_like_x, grad=None)
+def isnan_v2(ctx):
+    """Whether each element of X is NaN (bool; never for integers)."""
+    x = ctx.input("X")
+    return {"Out": jnp.isnan(x) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.zeros(x.shape, jnp.bool_)}
+
+
+@op("isinf_v2", inputs="X", outputs="Out", infer_shape=_bool_like_x, grad=None)
+def isinf_v2(ctx):
+    """Whether each element of X is +inf or -inf (bool; never for integers)."""
+    x = ctx.input("X")
+    return {"Out": jnp.isinf(x) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.zeros(x.shape, jnp.bool_)}
+
+
+# -- binary elementwise ----------------------------------------------------------------------------
+def _numpy_broadcast_shape(ctx: InferShapeContext, same_dtype: bool = True):
+    x, y = ctx.input("X"), ctx.input("Y")
+    out = paddle_broadcast(x.shape, y.shape, -1)
+    ctx.check(out is not None, f"X {x.shape} and Y {y.shape} do not broadcast")
+    if same_dtype:
+        ctx.check(x.dtype == y.dtype, f"X is {x.dtype} but Y is {y.dtype}; cast one of them first")
+    return out
+
+
+def _binary_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", _numpy_broadcast_shape(ctx), x.dtype, x.lod_level)
+
+
+@op("elementwise_heaviside", inputs="X Y", outputs="Out", infer_shape=_binary_shape)
+def elementwise_heaviside(ctx):
+    """Heaviside step of X: 0 where X < 0, 1 where X > 0 and Y where X == 0 (NumPy broadcasting).
+
+    The gradient is 0 for X and Out@GRAD where X == 0 for Y, as in Paddle."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    return {"Out": jnp.where(x == 0, y, (x > 0).astype(x.dtype))}
+
+
+def _bitwise(name: str, fn, doc: str) -> None:
+    def rule(ctx):
+        x, y = ctx.input("X"), ctx.input("Y")
+        if x.dtype != jnp.bool_ and not jnp.issubdtype(x.dtype, jnp.integer):
+            _fail(ctx, f"needs integer or bool inputs, got {x.dtype}")
+        return {"Out": fn(x, y)}
+
+    rule.__doc__ = doc
+    rule.__name__ = name
+    op(name, inputs="X Y", outputs="Out", infer_shape=_binary_shape, grad=None)(rule)
+
+
+_bitwise("bitwise_and", jnp.bitwise_and, "X & Y bit by bit (integers; logical and for bool), NumPy broadcasting.")
+_bitwise("bitwise_or", jnp.bitwise_or, "X | Y bit by bit (integers; logical or for bool), NumPy broadcasting.")
+_bitwise("bitwise_xor", jnp.bitwise_xor, "X ^ Y bit by bit (integers; logical xor for bool), NumPy broadcasting.")
+
+
+@op("bitwise_not", inputs="X", outputs="Out", infer_shape=same_as("X"), grad=None)
+def bitwise_not(ctx):
+    """~X bit by bit (integers; logical not for bool)."""
+    return {"Out": jnp.invert(ctx.input("X"))}
+
+
+# -- reductions ------------------------------------------------------------------------------------
+def _axes(ndim: int, axis, reduce_all: bool) -> tuple[int, ...]:
+    """Paddle's recompute_reduce_all: no axis, every axis, or ``reduce_all`` reduce everything."""
+    axis = [int(a) for a in (axis or [])]
+    if reduce_all or not axis or len(axis) == ndim:
+        return tuple(range(ndim))
+    return tuple(sorted({a % ndim for a in axis}))
+
+
+def _logsumexp_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    axis = ctx.attr("axis") or []
+    ctx.check(all(-max(x.ndim, 1) <= a < max(x.ndim, 1) for a in axis),
+              f"axis {list(axis)} is out of range for a rank-{x.ndim} input")
+    axes = _axes(x.ndim, axis, ctx.attr("reduce_all"))
+    keep = ctx.attr("keepdim")
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    ctx.set_output("Out", shape, x.dtype, 0)
+
+
+@op("logsumexp", inputs="X", outputs="Out", attrs={"axis": Attr("ints", [0]), "keepdim": False, "reduce_all": False},
+    infer_shape=_logsumexp_shape)
+def logsumexp(ctx):
+    """log(sum(exp(X))) over ``axis`` (all axes when ``reduce_all`` or when axis lists every axis or
+    none), computed stably; ``keepdim`` keeps the reduced axes as 1s."""
+    x = ctx.input("X")
+    axes = _axes(x.ndim, ctx.attr("axis"), ctx.attr("reduce_all"))
+    return {"Out": jax.scipy.special.logsumexp(x, axis=axes, keepdims=bool(ctx.attr("keepdim")))}
+
+
+def _p_norm_of(x, p: float, axis, keepdim: bool):
+    if p == 0:
+        return jnp.sum((x != 0).astype(x.dtype), axis=axis, keepdims=keepdim)
+    if p == np.inf:
+        return jnp.max(jnp.abs(x), axis=axis, keepdims=keepdim)
+    if p == -np.inf:
+        return jnp.min(jnp.abs(x), axis=axis, keepdims=keepdim)
+    p_ = jnp.asarray(p, x.dtype)
+    return jnp.power(jnp.sum(jnp.power(jnp.abs(x), p_), axis=axis, keepdims=keepdim), 1 / p_)
+
+
+def _p_norm_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    keep = ctx.attr("keepdim")
+    if ctx.attr("asvector"):
+        shape = (1,) * x.ndim if keep else ()
+    else:
+        axis = ctx.attr("axis")
+        ctx.check(-x.ndim <= axis < x.ndim, f"axis {axis} is out of range for a rank-{x.ndim} input")
+        axis %= x.ndim
+        shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape)) if keep else \
+            tuple(d for i, d in enumerate(x.shape) if i != axis)
+    ctx.set_output("Out", shape, x.dtype, 0)
+
+
+@op("p_norm", inputs="X", outputs="Out",
+    attrs={"porder": 2.0, "axis": -1, "epsilon": 1e-12, "keepdim": False, "asvector": False},
+    infer_shape=_p_norm_shape)
+def p_norm(ctx):
+    """The ``porder``-norm of X along ``axis`` (of all of X when ``asvector``): (sum |X|^p)^(1/p);
+    p = 0 counts non-zeros, p = ±inf is the largest/smallest |X|."""
+    x = ctx.input("X")
+    keep = bool(ctx.attr("keepdim"))
+    p = float(ctx.attr("porder"))
+    if ctx.attr("asvector"):
+        out = _p_norm_of(x.reshape(-1), p, 0, False)
+        return {"Out": out.reshape((1,) * x.ndim) if keep else out}
+    return {"Out": _p_norm_of(x, p, int(ctx.attr("axis")) % max(x.ndim, 1), keep)}
+
+
+def _dist_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    _numpy_broadcast_shape(ctx)
+    ctx.set_output("Out", (), x.dtype, 0)
+
+
+@op("dist", inputs="X Y", outputs="Out", attrs={"p": 2.0}, infer_shape=_dist_shape)
+def dist(ctx):
+    """The ``p``-norm of X - Y (NumPy broadcasting) as a 0-d tensor (p = 0: non-zeros; ±inf: max/min)."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    return {"Out": _p_norm_of((x - y).reshape(-1), float(ctx.attr("p")), 0, False)}
+
+
+@op("cumprod", inputs="X", outputs="Out", attrs={"dim": -1}, infer_shape=same_as("X"))
+def cumprod(ctx):
+    """Cumulative product of X along ``dim``."""
+    x = ctx.input("X")
+    if x.ndim == 0:
+        return {"Out": x}
+    return {"Out": jnp.cumprod(x, axis=int(ctx.attr("dim")) % x.ndim)}
+
+
+# -- products ----------------------------------------------------------------------------------------
+def _bmm_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    ctx.check(x.ndim == 3 and y.ndim == 3, f"bmm needs 3-D X and Y, got {x.shape} and {y.shape}")
+    ctx.check(x.dtype == y.dtype, f"X is {x.dtype} but Y is {y.dtype}")
+    ctx.check(x.shape[2] < 0 or y.shape[1] < 0 or x.shape[2] == y.shape[1],
+              f"X {x.shape} and Y {y.shape}: X's last dim must equal Y's second")
+    ctx.check(x.shape[0] < 0 or y.shape[0] < 0 or x.shape[0] == y.shape[0],
+              f"X {x.shape} and Y {y.shape} have different batch sizes")
+    ctx.set_output("Out", (x.shape[0] if x.shape[0] >= 0 else y.shape[0], x.shape[1], y.shape[2]), x.dtype, 0)
+
+
+@op("bmm", inputs="X Y", outputs="Out", infer_shape=_bmm_shape)
+def bmm(ctx):
+    """Batched matrix product: X [B, M, K] @ Y [B, K, N] -> [B, M, N]."""
+    return {"Out": jnp.matmul(ctx.input("X"), ctx.input("Y"))}
+
+
+def _einsum_operands(equation: str, n: int):
+    """(per-operand subscripts, output subscripts, explicit?) of an einsum equation."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != n:
+        raise ValueError(f"equation {equation!r} names {len(terms)} operands but {n} are given")
+    return terms, rhs, bool(arrow)
+
+
+def _einsum_shape(ctx: InferShapeContext) -> None:
+    xs = ctx.inputs("Operands")
+    eq = ctx.attr("equation")
+    try:
+        terms, _, _ = _einsum_operands(eq, len(xs))
+    except ValueError as e:
+        ctx.fail(str(e))
+    for term, x in zip(terms, xs):
+        ctx.check("..." in term or len(term) == x.ndim,
+                  f"equation {eq!r}: operand {term!r} has {len(term)} subscripts but the input is {x.shape}")
+    structs = [jax.ShapeDtypeStruct(tuple(max(d, 1) for d in x.shape), dtypes.to_numpy(x.dtype)) for x in xs]
+    try:
+        out = jax.eval_shape(lambda *a: jnp.einsum(eq, *a), *structs)
+    except Exception as e:  # noqa: BLE001 - jnp's message names the problem
+        ctx.fail(f"equation {eq!r} does not fit the inputs {[x.shape for x in xs]}: {e}")
+    # Which input dim each output dim comes from: -1 there means -1 here.
+    shape = list(out.shape)
+    letters = _out_letters(eq, [x.ndim for x in xs])
+    if letters is not None:
+        for i, letter in enumerate(letters):
+            for term, x in zip(_expand_terms(eq, [x.ndim for x in xs]), xs):
+                if letter in term and x.shape[term.index(letter)] < 0:
+                    shape[i] = -1
+    ctx.set_output("Out", shape, xs[0].dtype, 0)
+    for i, x in enumerate(xs):
+        if i < len(ctx.op.outputs.get("XShape", ())):
+            ctx.set_output("XShape", x.shape, x.dtype, 0, index=i)
+        if i < len(ctx.op.outputs.get("InnerCache", ())):
+            ctx.set_output("InnerCache", x.shape, x.dtype, 0, index=i)
+
+
+def _expand_terms(eq: str, ranks) -> list[str]:
+    """Operand subscripts with ``...`` spelled out as upper-case letters (right-aligned)."""
+    terms, _, _ = _einsum_operands(eq, len(ranks))
+    width = max([r - (len(t) - 3) for t, r in zip(terms, ranks) if "..." in t] or [0])
+    fill = string.ascii_uppercase[:width]
+    out = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            n = r - (len(t) - 3)
+            t = t.replace("...", fill[width - n:])
+        out.append(t)
+    return out
+
+
+def _out_letters(eq: str, ranks) -> str | None:
+    terms, rhs, explicit = _einsum_operands(eq, len(ranks))
+    expanded = _expand_terms(eq, ranks)
+    width = max([r - (len(t) - 3) for t, r in zip(terms, ranks) if "..." in t] or [0])
+    fill = string.ascii_uppercase[:width]
+    if explicit:
+        return rhs.replace("...", fill)
+    counts = {}
+    for t in expanded:
+        for c in t:
+            counts[c] = counts.get(c, 0) + 1
+    return fill + "".join(sorted(c for c, k in counts.items() if k == 1 and c.islower()))
+
+
+@op("einsum", inputs="Operands*", outputs="Out InnerCache* XShape*", attrs={"equation": ""},
+    infer_shape=_einsum_shape, no_grad_outputs=["InnerCache", "XShape"])
+def einsum(ctx):
+    """Einstein summation of the Operands by ``equation`` (NumPy's notation, ``...`` broadcasting).
+
+    ``InnerCache`` and ``XShape`` are Paddle's intermediates for its gradient kernel (one per
+    operand; Paddle's einsum_grad needs them, so they are required here as Paddle's Python API
+    always writes them); here they are copies of the operands, unused by our gradient (the vjp of
+    the forward), and XLA drops them."""
+    xs = ctx.inputs("Operands")
+    out = {"Out": jnp.einsum(ctx.attr("equation"), *xs)}
+    if ctx.has_output("XShape"):
+        out["XShape"] = list(xs)
+    if ctx.has_output("InnerCache"):
+        out["InnerCache"] = list(xs)
+    return out
+
+
+# -- rearranging -----------------------------------------------------------------------------------
+@op("tril_triu", inputs="X", outputs="Out", attrs={"diagonal": 0, "lower": True}, infer_shape=same_as("X"))
+def tril_triu(ctx):
+    """The lower (``lower``) or upper triangle of the last two dims of X, from the ``diagonal``-th
+    diagonal (0 main, > 0 above it, < 0 below it); the rest is 0."""
+    x = ctx.input("X")
+    k = int(ctx.attr("diagonal"))
+    return {"Out": jnp.tril(x, k) if ctx.attr("lower") else jnp.triu(x, k)}
+
+
+def _flip_axes(ctx, ndim: int) -> list[int]:
+    axes = [int(a) for a in ctx.attr("axis")]
+    if any(not -max(ndim, 1) <= a < max(ndim, 1) for a in axes):
+        _fail(ctx, f"axis {axes} is out of range for a rank-{ndim} input")
+    return [a % ndim for a in axes] if ndim else []
+
+
+@op("flip", inputs="X", outputs="Out", attrs={"axis": Attr("ints", [])}, infer_shape=same_as("X"))
+def flip(ctx):
+    """X with the order of its elements reversed along each of ``axis``."""
+    x = ctx.input("X")
+    return {"Out": jnp.flip(x, axis=tuple(_flip_axes(ctx, x.ndim))) if x.ndim else x}
+
+
+@op("roll", inputs="X ShiftsTensor?", outputs="Out", attrs={"shifts": Attr("longs", []), "axis": Attr("longs", [])},
+    infer_shape=same_as("X"), no_grad_inputs=["ShiftsTensor"])
+def roll(ctx):
+    """X rolled by ``shifts`` along ``axis`` (elements past the end come back at the start); with no
+    axis, X is rolled as a flat array. A ``ShiftsTensor`` replaces ``shifts`` (its values may be
+    known only at run time: the shape does not depend on them)."""
+    x = ctx.input("X")
+    tensor = ctx.input("ShiftsTensor")
+    axis = [int(a) for a in ctx.attr("axis")]
+    if tensor is not None:
+        shifts = tensor.reshape(-1)
+        count = shifts.shape[0]
+    else:
+        shifts = [int(s) for s in ctx.attr("shifts")]
+        count = len(shifts)
+    if not axis:
+        if count != 1:
+            _fail(ctx, f"without axis, shifts must hold one value, got {count}")
+        return {"Out": jnp.roll(x.reshape(-1), shifts[0]).reshape(x.shape)}
+    if count != len(axis):
+        _fail(ctx, f"shifts ({count} values) and axis {axis} must have the same length")
+    out = x
+    for i, a in enumerate(axis):
+        out = jnp.roll(out, shifts[i], axis=a % x.ndim)
+    return {"Out": out}
+
+
+def _meshgrid_shape(ctx: InferShapeContext) -> None:
+    xs = ctx.inputs("X")
+    ctx.check(all(x.ndim <= 1 for x in xs), f"meshgrid needs 0-D or 1-D inputs, got {[x.shape for x in xs]}")
+    ctx.check(len({x.dtype for x in xs}) == 1, f"meshgrid needs inputs of one dtype, got {[x.dtype for x in xs]}")
+    shape = tuple(x.shape[0] if x.ndim == 1 else 1 for x in xs)
+    for i, x in enumerate(xs):
+        ctx.set_output("Out", shape, x.dtype, 0, index=i)
+
+
+@op("meshgrid", inputs="X*", outputs="Out*", infer_shape=_meshgrid_shape)
+def meshgrid(ctx):
+    """Coordinate grids of the 1-D inputs ("ij" indexing): Out[i] has shape [len(X0), len(X1), ...]
+    and varies along dim i."""
+    xs = [x.reshape(-1) for x in ctx.inputs("X")]
+    return {"Out": list(jnp.meshgrid(*xs, indexing="ij"))}
+
+
+def _argsort_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    axis = ctx.attr("axis")
+    ctx.check(-max(x.ndim, 1) <= axis < max(x.ndim, 1), f"axis {axis} is out of range for a rank-{x.ndim} input")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+    ctx.set_output("Indices", x.shape, "int64", x.lod_level)
+
+
+@op("argsort", inputs="X", outputs="Out Indices", attrs={"axis": -1, "descending": False},
+    infer_shape=_argsort_shape, no_grad_outputs=["Indices"])
+def argsort(ctx):
+    """X sorted along ``axis`` (Out) and the int64 positions the sorted elements came from
+    (Indices); ``descending`` sorts largest first. Ties keep their order (a stable sort)."""
+    x = ctx.input("X")
+    if x.ndim == 0:
+        return {"Out": x, "Indices": jnp.zeros((), jnp.int64)}
+    axis = int(ctx.attr("axis")) % x.ndim
+    idx = jnp.argsort(x, axis=axis, stable=True, descending=bool(ctx.attr("descending")))
+    return {"Out": jnp.take_along_axis(x, idx, axis=axis), "Indices": idx.astype(jnp.int64)}
+
+
+# -- gathering and scattering ----------------------------------------------------------------------
+def _index_select_shape(ctx: InferShapeContext) -> None:
+    x, index = ctx.input("X"), ctx.input("Index")
+    dim = ctx.attr("dim")
+    ctx.check(-x.ndim <= dim < x.ndim, f"dim {dim} is out of range for a rank-{x.ndim} X")
+    ctx.check(index.ndim <= 1, f"Index must be 1-D, got {index.shape}")
+    ctx.check(index.dtype in ("int32", "int64"), f"Index must be int32 or int64, got {index.dtype}")
+    shape = list(x.shape)
+    shape[dim % x.ndim] = index.shape[0] if index.ndim == 1 else 1
+    ctx.set_output("Out", shape, x.dtype, 0)
+
+
+@op("index_select", inputs="X Index", outputs="Out", attrs={"dim": 0}, infer_shape=_index_select_shape,
+    no_grad_inputs=["Index"])
+def index_select(ctx):
+    """The slices of X at positions ``Index`` (1-D) along ``dim``."""
+    x, index = ctx.input("X"), ctx.input("Index")
+    dim = int(ctx.attr("dim")) % x.ndim
+    index = index.reshape(-1)
+    index = jnp.where(index < 0, index + x.shape[dim], index)
+    return {"Out": jnp.take(x, index, axis=dim, mode="clip")}
+
+
+def _along_axis_index(x_ndim: int, index, axis: int, axis_size: int):
+    """The full index tuple of Paddle's *_along_axis: Index's own coordinates, except along ``axis``."""
+    index = jnp.where(index < 0, index + axis_size, index)
+    grids = list(jnp.indices(index.shape, sparse=True))
+    return tuple(index if d == axis else grids[d] for d in range(x_ndim))
+
+
+def _along_shape(ctx: InferShapeContext, out: str) -> None:
+    x, index = ctx.input("Input"), ctx.input("Index")
+    axis = ctx.attr("Axis")
+    ctx.check(x.ndim == index.ndim, f"Input {x.shape} and Index {index.shape} must have the same rank")
+    ctx.check(-x.ndim <= axis < x.ndim, f"Axis {axis} is out of range for a rank-{x.ndim} Input")
+    ctx.check(index.dtype in ("int32", "int64"), f"Index must be int32 or int64, got {index.dtype}")
+    shape = index.shape if out == "take" else x.shape
+    ctx.set_output("Result", shape, x.dtype, 0)
+
+
+@op("take_along_axis", inputs="Input Index", outputs="Result", attrs={"Axis": 0},
+    infer_shape=lambda ctx: _along_shape(ctx, "take"), no_grad_inputs=["Index"])
+def take_along_axis(ctx):
+    """Result[i, j, k] = Input[Index[i, j, k], j, k] for Axis 0 (likewise for other axes); Result has
+    Index's shape."""
+    x, index = ctx.input("Input"), ctx.input("Index")
+    axis = int(ctx.attr("Axis")) % x.ndim
+    return {"Result": x[_along_axis_index(x.ndim, index, axis, x.shape[axis])]}
+
+
+_PUT_REDUCE = ("assign", "add", "mul", "multiply", "mean", "amin", "amax")
+
+
+def _put_shape(ctx: InferShapeContext) -> None:
+    ctx.check(ctx.attr("Reduce") in _PUT_REDUCE, f"Reduce must be one of {_PUT_REDUCE}, got {ctx.attr('Reduce')!r}")
+    _along_shape(ctx, "put")
+
+
+@op("put_along_axis", inputs="Input Index Value", outputs="Result",
+    attrs={"Axis": 0, "Reduce": "assign", "Include_self": True}, infer_shape=_put_shape, no_grad_inputs=["Index"])
+def put_along_axis(ctx):
+    """Input with Value written at Index along Axis (the inverse of take_along_axis): ``Reduce``
+    "assign" replaces, "add"/"mul" accumulate, "mean"/"amin"/"amax" combine the values sent to one
+    place (with the original element too when ``Include_self``). Value has Index's shape (a
+    broadcastable Value is broadcast to it). Where one place gets several values under "assign",
+    which one wins is not defined (Paddle's CPU kernel: the last)."""
+    x, index, value = ctx.input("Input"), ctx.input("Index"), ctx.input("Value")
+    axis = int(ctx.attr("Axis")) % x.ndim
+    value = jnp.broadcast_to(value.astype(x.dtype), index.shape)
+    where = _along_axis_index(x.ndim, index, axis, x.shape[axis])
+    reduce = ctx.attr("Reduce")
+    include_self = bool(ctx.attr("Include_self"))
+    if reduce == "assign":
+        return {"Result": x.at[where].set(value)}
+    touched = jnp.zeros(x.shape, jnp.bool_).at[where].set(True)
+    if reduce == "add":
+        base = x if include_self else jnp.where(touched, jnp.zeros((), x.dtype), x)
+        return {"Result": base.at[where].add(value)}
+    if reduce in ("mul", "multiply"):
+        base = x if include_self else jnp.where(touched, jnp.ones((), x.dtype), x)
+        return {"Result": base.at[where].multiply(value)}
+    if reduce == "mean":
+        count = jnp.zeros(x.shape, x.dtype).at[where].add(jnp.ones((), x.dtype))
+        base = x if include_self else jnp.where(touched, jnp.zeros((), x.dtype), x)
+        total = base.at[where].add(value)
+        denom = count + (1 if include_self else 0)
+        if jnp.issubdtype(x.dtype, jnp.integer):
+            mean = total // jnp.maximum(denom, 1)
+        else:
+            mean = total / jnp.maximum(denom, 1)
+        return {"Result": jnp.where(touched, mean, x)}
+    if reduce in ("amin", "amax"):
+        big = jnp.finfo(x.dtype).max if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).max
+        fill = big if reduce == "amin" else -big if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+        base = x if include_self else jnp.where(touched, jnp.asarray(fill, x.dtype), x)
+        out = base.at[where].min(value) if reduce == "amin" else base.at[where].max(value)
+        return {"Result": out}
+    _fail(ctx, f"Reduce must be one of {_PUT_REDUCE}, got {reduce!r}")
+
+
+# -- filling and expanding -------------------------------------------------------------------------
+def _expand_as_target(ctx, x_shape, y_shape) -> list[int]:
+    target = list(y_shape) if y_shape is not None else [int(d) for d in ctx.attr("target_shape")]
+    if len(target) < len(x_shape):
+        raise ValueError(f"the target shape {target} has fewer dims than X {list(x_shape)}")
+    offset = len(target) - len(x_shape)
+    # A -1 in the attribute keeps X's dim there (Paddle's expand rule).
+    return [x_shape[i - offset] if d == -1 and i >= offset else d for i, d in enumerate(target)]
+
+
+def _expand_as_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    try:
+        target = _expand_as_target(ctx, x.shape, y.shape if y is not None else None)
+    except ValueError as e:
+        ctx.fail(str(e))
+    offset = len(target) - x.ndim
+    for i, d in enumerate(x.shape):
+        t = target[i + offset]
+        ctx.check(d < 0 or t < 0 or d == t or d == 1, f"X {x.shape} cannot expand to {target}")
+    ctx.set_output("Out", target, x.dtype, 0)
+
+
+@op("expand_as_v2", inputs="X Y?", outputs="Out", attrs={"target_shape": Attr("ints", [])},
+    infer_shape=_expand_as_shape, no_grad_inputs=["Y"])
+def expand_as_v2(ctx):
+    """X broadcast to Y's shape (or to ``target_shape`` when Y is not given); dims of X that are 1
+    repeat. The gradient sums over the repeats."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    try:
+        target = _expand_as_target(ctx, x.shape, y.shape if y is not None else None)
+    except ValueError as e:
+        _fail(ctx, str(e))
+    return {"Out": jnp.broadcast_to(x, tuple(target))}
+
+
+_ASSIGN_VALUE_FIELDS = {"bool": "bool_values", "int32": "int32_values", "int64": "int64_values",
+                        "float32": "fp32_values", "float64": "fp64_values"}
+
+
+def _assign_value_dtype(ctx) -> str:
+    return dtypes.from_enum(ctx.attr("dtype"))
+
+
+def _assign_value_shape(ctx: InferShapeContext) -> None:
+    dtype = _assign_value_dtype(ctx)
+    ctx.check(dtype in _ASSIGN_VALUE_FIELDS, f"dtype {dtype} is not one assign_value holds "
+                                             f"({', '.join(_ASSIGN_VALUE_FIELDS)})")
+    ctx.set_output("Out", [int(d) for d in ctx.attr("shape")], dtype, 0)
+
+
+@op("assign_value", inputs="", outputs="Out",
+    attrs={"shape": Attr("ints", []), "dtype": 5, "bool_values": Attr("ints", []),
+           "fp32_values": Attr("floats", []), "fp64_values": Attr("float64s", []),
+           "int32_values": Attr("ints", []), "int64_values": Attr("longs", [])},
+    infer_shape=_assign_value_shape, grad=None)
+def assign_value(ctx):
+    """A constant tensor of ``shape`` and ``dtype`` whose values are in the attribute for the dtype
+    (``fp32_values``, ``int64_values``, ...)."""
+    dtype = _assign_value_dtype(ctx)
+    if dtype not in _ASSIGN_VALUE_FIELDS:
+        _fail(ctx, f"dtype {dtype} is not one assign_value holds ({', '.join(_ASSIGN_VALUE_FIELDS)})")
+    shape = tuple(int(d) for d in ctx.attr("shape"))
+    values = np.asarray(list(ctx.attr(_ASSIGN_VALUE_FIELDS[dtype]) or []), dtypes.to_numpy(dtype))
+    if values.size != int(np.prod(shape)):
+        _fail(ctx, f"{_ASSIGN_VALUE_FIELDS[dtype]} holds {values.size} values but shape {list(shape)} needs "
+                   f"{int(np.prod(shape))}")
+    return {"Out": jnp.asarray(values.reshape(shape))}
+
+
+# -- set_value -------------------------------------------------------------------------------------
+def _scalar_value(s):
+    """A Python value from a Paddle ``Scalar`` message (or a plain number)."""
+    if isinstance(s, (bool, int, float, complex)):
+        return s
+    # Scalar.Type: BOOLEAN 1, LONG 2, FLOAT64 3, COMPLEX128 4.
+    if s.type == 1:
+        return bool(s.b)
+    if s.type == 2:
+        return int(s.i)
+    if s.type == 3:
+        return float(s.r)
+    return complex(s.c.r, s.c.i)
+
+
+def _set_value_slices(ctx, shape):
+    """(index tuple, the shape the indexed region has before decrease/none axes) for set_value."""
+    axes = [int(a) for a in ctx.attr("axes")]
+    starts = static_ints(ctx, "StartsTensorList", what="starts")
+    ends = static_ints(ctx, "EndsTensorList", what="ends")
+    steps = static_ints(ctx, "StepsTensorList", what="steps")
+    starts = starts if starts is not None else [int(v) for v in ctx.attr("starts")]
+    ends = ends if ends is not None else [int(v) for v in ctx.attr("ends")]
+    steps = steps if steps is not None else [int(v) for v in ctx.attr("steps")] or [1] * len(axes)
+    if not len(axes) == len(starts) == len(ends) == len(steps):
+        _fail(ctx, f"axes {axes}, starts {starts}, ends {ends} and steps {steps} must have one length")
+    index = [slice(None)] * len(shape)
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        if st == 0:
+            _fail(ctx, "a step of 0 is not allowed")
+        n = shape[a]
+        # Paddle's normalisation: negative bounds count from the end, then clamp to the dim.
+        s = s + n if s < 0 else s
+        e = e + n if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), n), min(max(e, 0), n)
+        else:
+            s, e = min(max(s, -1), n - 1), min(max(e, -1), n - 1)
+        index[a] = slice(s, e if e >= 0 else None, st)
+    return tuple(index)
+
+
+@op("set_value", inputs="Input ValueTensor? StartsTensorList*? EndsTensorList*? StepsTensorList*?", outputs="Out",
+    attrs={"dtype": 5, "axes": Attr("longs", []), "starts": Attr("longs", []), "ends": Attr("longs", []),
+           "steps": Attr("longs", []), "decrease_axes": Attr("longs", []), "none_axes": Attr("longs", []),
+           "values": Attr("scalars", []), "shape": Attr("longs", [])},
+    infer_shape=same_as("Input"), no_grad_inputs=["StartsTensorList", "EndsTensorList", "StepsTensorList"])
+def set_value(ctx):
+    """Input with the slice [starts:ends:steps] over ``axes`` replaced by ValueTensor, or by the
+    ``values`` attribute (shaped ``shape``), broadcast to the slice (Paddle's ``x[...] = v``).
+
+    The gradient is Out@GRAD outside the slice for Input (0 inside) and the slice of Out@GRAD,
+    summed over the broadcast, for ValueTensor."""
+    x = ctx.input("Input")
+    index = _set_value_slices(ctx, x.shape)
+    region = x[index]
+    value = ctx.input("ValueTensor")
+    if value is None:
+        raw = [_scalar_value(s) for s in ctx.attr("values") or []]
+        shape = [int(d) for d in ctx.attr("shape")] or [len(raw)]
+        value = jnp.asarray(np.asarray(raw).astype(dtypes.to_numpy(x.dtype)).reshape(shape))
+    value = value.astype(x.dtype)
+    # Paddle broadcasts the value to the region's shape with decrease_axes dropped and a 1 put at
+    # each of none_axes (positions in that result), then views it with the region's shape.
+    decrease = {int(a) for a in ctx.attr("decrease_axes")}
+    none_axes = sorted(int(a) for a in ctx.attr("none_axes"))
+    assign_shape, k = [], 0
+    for i, d in enumerate(region.shape):
+        while k < len(none_axes) and none_axes[k] <= i:
+            assign_shape.append(1)
+            k += 1
+        if i not in decrease:
+            assign_shape.append(d)
+    assign_shape += [1] * (len(none_axes) - k)
+    try:
+        value = jnp.broadcast_to(value, tuple(assign_shape))
+    except ValueError:
+        _fail(ctx, f"the value of shape {list(value.shape)} does not broadcast to the slice {assign_shape}")
+    value = value.reshape(region.shape)
+    return {"Out": x.at[index].set(value)}

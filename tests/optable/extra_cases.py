@@ -1,0 +1,194 @@
+"""Op-table rows: the math and tensor ops of ``lowering/ops/extra.py`` (trigonometric and hyperbolic
+functions, mish … hard_shrink, isnan/isinf, bitwise, heaviside, logsumexp, p_norm, dist, cumprod,
+bmm, einsum, tril_triu, flip, roll, meshgrid, argsort, index_select, take/put_along_axis,
+expand_as_v2, assign_value, set_value).
+
+Inputs stay away from kinks and ties, so that Paddle's one-sided conventions, JAX's and finite
+differences agree.
+"""
+
+import numpy as np
+
+from fluidjax.proto import framework_pb2 as pb
+
+from . import Case, away_from_zero, positive, rand, randint
+
+
+def _distinct(*shape, dtype="float32"):
+    """Distinct values in [-0.5, 0.5) (no ties for sorting)."""
+    n = int(np.prod(shape))
+    return (np.random.default_rng(n + 5).permutation(n).reshape(shape) / n - 0.5).astype(dtype)
+
+
+def _scalars(values):
+    out = []
+    for v in values:
+        s = pb.Scalar()
+        if isinstance(v, bool):
+            s.type, s.b = pb.Scalar.BOOLEAN, v
+        elif isinstance(v, int):
+            s.type, s.i = pb.Scalar.LONG, v
+        else:
+            s.type, s.r = pb.Scalar.FLOAT64, float(v)
+        out.append(s)
+    return out
+
+
+def _unique_index(shape, axis, size, seed):
+    """Indices along ``axis`` with no repeats within a line (put_along_axis 'assign' is then exact)."""
+    rng = np.random.default_rng(seed)
+    moved = list(shape)
+    moved.append(moved.pop(axis))
+    lines = int(np.prod(moved[:-1]))
+    idx = np.stack([rng.permutation(size)[: moved[-1]] for _ in range(lines)]).reshape(moved)
+    return np.moveaxis(idx, -1, axis).astype("int64")
+
+
+# Paddle's einsum writes one InnerCache and one XShape per operand (its gradient reads them).
+EINSUM2 = dict(output_counts={"InnerCache": 2, "XShape": 2})
+def _set_value_ref(inputs, attrs):
+    x = inputs["Input"].copy()
+    index = [slice(None)] * x.ndim
+    for a, b, e, st in zip(attrs["axes"], attrs["starts"], attrs["ends"], attrs["steps"]):
+        index[a] = slice(b, e, st)
+    x[tuple(index)] = attrs["values"][0].r
+    return {"Out": x}
+
+
+UNARY = dict(grad_rtol=1e-3, grad_atol=1e-5)
+
+CASES = [
+    Case("log1p", {"X": positive(3, 4, low=0.1)}),
+    Case("log1p", {"X": positive(3, 4, low=0.1, dtype="float64")}, name="f64"),
+    Case("erf", {"X": rand(3, 4, low=-2, high=2)}),
+    Case("erf", {"X": rand(3, 4, low=-2, high=2, dtype="float64")}, name="f64"),
+    Case("sin", {"X": rand(3, 4, low=-3, high=3)}),
+    Case("cos", {"X": rand(3, 4, low=-3, high=3, dtype="float64")}),
+    Case("tan", {"X": rand(3, 4, low=-1.2, high=1.2)}),
+    Case("asin", {"X": rand(3, 4, low=-0.9, high=0.9, dtype="float64")}),
+    Case("acos", {"X": rand(3, 4, low=-0.9, high=0.9)}),
+    Case("atan", {"X": rand(3, 4, low=-3, high=3, dtype="float64")}),
+    Case("sinh", {"X": rand(3, 4, low=-2, high=2)}),
+    Case("cosh", {"X": rand(3, 4, low=-2, high=2, dtype="float64")}),
+    Case("mish", {"X": rand(3, 4, low=-4, high=4)}, **UNARY),
+    Case("mish", {"X": np.array([[-30.0, -3.0, 0.5, 25.0]], "float64")}, {"threshold": 20.0}, name="tails_f64"),
+    Case("selu", {"X": away_from_zero(3, 4) * 2}),
+    Case("selu", {"X": away_from_zero(3, 4, dtype="float64") * 2}, {"scale": 1.5, "alpha": 2.0}, name="attrs_f64"),
+    Case("celu", {"X": away_from_zero(3, 4) * 2}),
+    Case("celu", {"X": away_from_zero(3, 4, dtype="float64") * 2}, {"alpha": 0.5}, name="alpha_f64"),
+    Case("thresholded_relu", {"X": np.array([[-2.0, 0.3, 0.9, 1.2], [1.7, -0.4, 3.0, 0.95]], "float32")}),
+    Case("thresholded_relu", {"X": away_from_zero(3, 4, dtype="float64") * 2}, {"threshold": 0.5}, name="f64"),
+    Case("tanh_shrink", {"X": rand(3, 4, low=-2, high=2)}),
+    Case("tanh_shrink", {"X": rand(3, 4, low=-2, high=2, dtype="float64")}, name="f64"),
+    Case("softshrink", {"X": np.array([[-2.0, -0.3, 0.2, 0.7], [1.7, -0.8, 0.05, 0.9]], "float32")}),
+    Case("softshrink", {"X": away_from_zero(3, 4, dtype="float64") * 2}, {"lambda": 0.1}, name="f64"),
+    Case("hard_shrink", {"X": np.array([[-2.0, -0.3, 0.2, 0.7], [1.7, -0.8, 0.05, 0.9]], "float32")}),
+    Case("hard_shrink", {"X": away_from_zero(3, 4, dtype="float64") * 2}, {"threshold": 0.1}, name="f64"),
+    Case("isnan_v2", {"X": np.array([[1.0, np.nan, -np.inf], [np.inf, 0.0, np.nan]], "float32")}),
+    Case("isnan_v2", {"X": randint(2, 3)}, name="int64"),
+    Case("isinf_v2", {"X": np.array([[1.0, np.nan, -np.inf], [np.inf, 0.0, np.nan]], "float64")}),
+    Case("isinf_v2", {"X": randint(2, 3, dtype="int32")}, name="int32"),
+    Case("elementwise_heaviside", {"X": np.array([[-1.0, 0.0, 2.0], [0.0, 3.0, -0.5]], "float32"),
+                                   "Y": rand(2, 3)}),
+    Case("elementwise_heaviside", {"X": np.array([[-1.0, 0.0, 2.0], [0.0, 3.0, -0.5]], "float64"),
+                                   "Y": rand(3, dtype="float64")}, name="broadcast_f64", grad=("Y",)),
+    Case("bitwise_and", {"X": randint(2, 3, low=-50, high=50), "Y": randint(2, 3, low=-50, high=50)}),
+    Case("bitwise_and", {"X": rand(2, 3) > 0, "Y": rand(3) > 0}, name="bool_broadcast"),
+    Case("bitwise_or", {"X": randint(2, 3, low=-50, high=50, dtype="int32"), "Y": randint(3, low=0, high=50,
+                                                                                           dtype="int32")}),
+    Case("bitwise_xor", {"X": randint(2, 3, low=-50, high=50), "Y": randint(2, 3, low=-50, high=50)}),
+    Case("bitwise_xor", {"X": randint(2, 3, low=0, high=200, dtype="uint8"),
+                         "Y": randint(2, 3, low=0, high=200, dtype="uint8")}, name="uint8"),
+    Case("bitwise_not", {"X": randint(2, 3, low=-50, high=50)}),
+    Case("bitwise_not", {"X": rand(2, 3) > 0}, name="bool"),
+    Case("logsumexp", {"X": rand(2, 3, 4, low=-3, high=3)}, {"axis": [1]}),
+    Case("logsumexp", {"X": rand(2, 3, 4, low=-3, high=3, dtype="float64")}, {"axis": [0, 2], "keepdim": True},
+         name="two_axes_keepdim_f64"),
+    Case("logsumexp", {"X": rand(2, 3, low=-3, high=3)}, {"axis": [], "reduce_all": True}, name="all"),
+    Case("p_norm", {"X": away_from_zero(2, 3, 4)}, {"porder": 2.0, "axis": 1}),
+    Case("p_norm", {"X": away_from_zero(2, 3, 4, dtype="float64")}, {"porder": 3.0, "axis": -1, "keepdim": True},
+         name="p3_keepdim_f64"),
+    Case("p_norm", {"X": away_from_zero(2, 3, dtype="float64")}, {"porder": 1.0, "asvector": True},
+         name="p1_vector_f64"),
+    Case("p_norm", {"X": _distinct(2, 3)}, {"porder": float("inf"), "axis": 0}, name="inf"),
+    Case("p_norm", {"X": np.array([[0.0, 1.0, -2.0], [3.0, 0.0, 0.5]], "float32")}, {"porder": 0.0, "axis": 1},
+         name="p0", grad=()),
+    Case("dist", {"X": rand(2, 3), "Y": rand(2, 3)}),
+    Case("dist", {"X": rand(2, 3, dtype="float64"), "Y": rand(3, dtype="float64")}, {"p": 3.0},
+         name="p3_broadcast_f64"),
+    Case("dist", {"X": _distinct(2, 3), "Y": np.zeros((2, 3), "float32")}, {"p": float("inf")}, name="inf"),
+    Case("cumprod", {"X": away_from_zero(2, 3, 4)}, {"dim": 1}),
+    Case("cumprod", {"X": away_from_zero(2, 3, dtype="float64")}, {"dim": -1}, name="f64"),
+    Case("bmm", {"X": rand(2, 3, 4), "Y": rand(2, 4, 5)}, rtol=1e-5, atol=1e-5),
+    Case("bmm", {"X": rand(2, 3, 4, dtype="float64"), "Y": rand(2, 4, 2, dtype="float64")}, name="f64"),
+    Case("einsum", {"Operands": [rand(2, 3, 4), rand(2, 4, 5)]}, {"equation": "bij,bjk->bik"}, rtol=1e-5, atol=1e-5,
+         **EINSUM2),
+    Case("einsum", {"Operands": [rand(2, 3, 4, dtype="float64")]}, {"equation": "ijk->kj"}, name="transpose_sum_f64",
+         output_counts={"InnerCache": 1, "XShape": 1}),
+    Case("einsum", {"Operands": [rand(2, 3, dtype="float64"), rand(3, dtype="float64")]}, {"equation": "ij,j->i"},
+         name="matvec_f64", **EINSUM2),
+    Case("einsum", {"Operands": [rand(2, 3, 4), rand(2, 4, 5)]}, {"equation": "...ij,...jk->...ik"},
+         name="ellipsis", rtol=1e-5, atol=1e-5, **EINSUM2),
+    # Paddle's einsum_grad fails on operands of different ranks under "...": NumPy and finite
+    # differences are the oracle.
+    Case("einsum", {"Operands": [rand(2, 2, 3, dtype="float64"), rand(3, 4, dtype="float64")]},
+         {"equation": "...j,jk->...k"}, name="ellipsis_broadcast_f64", paddle=False,
+         oracle=lambda inputs, attrs: {"Out": np.einsum(attrs["equation"], *inputs["Operands"])}, **EINSUM2),
+    Case("tril_triu", {"X": rand(3, 4)}, {"diagonal": 0, "lower": True}),
+    Case("tril_triu", {"X": rand(2, 3, 4, dtype="float64")}, {"diagonal": 1, "lower": False}, name="upper_f64"),
+    Case("tril_triu", {"X": rand(2, 4, 4)}, {"diagonal": -1, "lower": True}, name="below"),
+    Case("flip", {"X": rand(2, 3, 4)}, {"axis": [0, 2]}),
+    Case("flip", {"X": rand(2, 3, dtype="float64")}, {"axis": [-1]}, name="f64"),
+    Case("roll", {"X": rand(3, 4)}, {"shifts": [1, -2], "axis": [0, 1]}),
+    Case("roll", {"X": rand(3, 4, dtype="float64")}, {"shifts": [5], "axis": []}, name="flat_f64"),
+    Case("roll", {"X": rand(3, 4), "ShiftsTensor": np.array([2], "int64")}, {"shifts": [0], "axis": [1]},
+         name="tensor", batch_dims=("X",)),
+    Case("meshgrid", {"X": [rand(3), rand(4), rand(2)]}, outputs=("Out",), output_counts={"Out": 3}, batch_dims=()),
+    Case("meshgrid", {"X": [rand(3, dtype="float64"), rand(2, dtype="float64")]}, outputs=("Out",),
+         output_counts={"Out": 2}, batch_dims=(), name="f64"),
+    Case("argsort", {"X": _distinct(3, 4)}, {"axis": -1}, outputs=("Out", "Indices")),
+    Case("argsort", {"X": _distinct(3, 4, dtype="float64")}, {"axis": 0, "descending": True},
+         outputs=("Out", "Indices"), name="descending_f64"),
+    Case("argsort", {"X": randint(3, 5, low=0, high=100)}, {"axis": 1}, outputs=("Out", "Indices"), name="int64"),
+    Case("index_select", {"X": rand(4, 3), "Index": np.array([3, 0, 0, 2], "int64")}, {"dim": 0}),
+    Case("index_select", {"X": rand(2, 5, 3, dtype="float64"), "Index": np.array([4, 1], "int32")}, {"dim": 1},
+         name="dim1_f64", batch_dims=("X",)),
+    Case("take_along_axis", {"Input": rand(3, 4), "Index": randint(3, 2, high=4)}, {"Axis": 1},
+         outputs=("Result",)),
+    Case("take_along_axis", {"Input": rand(3, 4, dtype="float64"), "Index": randint(2, 4, high=3)}, {"Axis": 0},
+         outputs=("Result",), name="axis0_f64", batch_dims=()),
+    Case("put_along_axis", {"Input": rand(3, 4), "Index": _unique_index((3, 2), 1, 4, 1), "Value": rand(3, 2)},
+         {"Axis": 1}, outputs=("Result",)),
+    Case("put_along_axis", {"Input": rand(3, 4, dtype="float64"), "Index": randint(3, 3, high=4),
+                            "Value": rand(3, 3, dtype="float64")},
+         {"Axis": 1, "Reduce": "add"}, outputs=("Result",), name="add_f64"),
+    Case("put_along_axis", {"Input": rand(4, 3), "Index": randint(2, 3, high=4), "Value": rand(2, 3)},
+         {"Axis": 0, "Reduce": "add", "Include_self": False}, outputs=("Result",), name="add_exclude_self",
+         batch_dims=()),
+    Case("put_along_axis", {"Input": rand(3, 4), "Index": randint(3, 3, high=4), "Value": rand(3, 3)},
+         {"Axis": 1, "Reduce": "mean"}, outputs=("Result",), name="mean", grad=()),
+    Case("put_along_axis", {"Input": _distinct(3, 4), "Index": randint(3, 3, high=4), "Value": _distinct(3, 3) + 0.01},
+         {"Axis": 1, "Reduce": "amax"}, outputs=("Result",), name="amax", grad=()),
+    Case("put_along_axis", {"Input": randint(3, 4), "Index": randint(3, 2, high=4), "Value": randint(3, 2)},
+         {"Axis": 1, "Reduce": "mul"}, outputs=("Result",), name="mul_int64"),
+    Case("expand_as_v2", {"X": rand(3, 1), "Y": rand(2, 3, 4)}, {"target_shape": [2, 3, 4]}, batch_dims=("Y",)),
+    Case("expand_as_v2", {"X": rand(1, 4, dtype="float64")}, {"target_shape": [3, 4]}, name="attr_f64"),
+    Case("assign_value", {}, {"shape": [2, 3], "dtype": 5, "fp32_values": [0.5, -1.0, 2.0, 3.5, 0.0, 1.25]}),
+    Case("assign_value", {}, {"shape": [3], "dtype": 3, "int64_values": [1, -(2 ** 40), 7]}, name="int64"),
+    Case("assign_value", {}, {"shape": [2, 2], "dtype": 0, "bool_values": [1, 0, 0, 1]}, name="bool"),
+    Case("set_value", {"Input": rand(3, 4), "ValueTensor": rand(3, 2)},
+         {"axes": [1], "starts": [1], "ends": [3], "steps": [1]}, batch_dims=("Input", "ValueTensor")),
+    Case("set_value", {"Input": rand(4, 5, dtype="float64"), "ValueTensor": rand(5, dtype="float64")},
+         {"axes": [0], "starts": [2], "ends": [3], "steps": [1], "decrease_axes": [0]}, name="row_f64",
+         batch_dims=()),
+    Case("set_value", {"Input": rand(4, 6)}, {"axes": [0, 1], "starts": [0, -5], "ends": [4, 6], "steps": [2, 2],
+                                             "values": _scalars([1.5]), "shape": [1], "dtype": 5},
+         name="scalar_steps", batch_dims=(), grad=()),
+    Case("set_value", {"Input": rand(5, 3)}, {"axes": [0], "starts": [3], "ends": [0], "steps": [-1],
+                                              "values": _scalars([1.0, 2.0, 3.0]), "shape": [3], "dtype": 5},
+         name="negative_step", batch_dims=(), grad=()),
+    # Paddle's set_value_grad needs a ValueTensor: finite differences check the attribute form.
+    Case("set_value", {"Input": rand(4, 6, dtype="float64")},
+         {"axes": [0, 1], "starts": [1, 0], "ends": [3, 6], "steps": [1, 2], "values": _scalars([2.5]), "shape": [1],
+          "dtype": 6}, name="scalar_f64", batch_dims=(), paddle=False, oracle=_set_value_ref),
+]
