@@ -413,3 +413,65 @@ def test_supported_op_versions_are_paddles(tmp_path):
         paddle.static.save_inference_model(prefix, [x], [y], exe, program=main)
     program = fio.read_program(prefix + ".pdmodel")
     assert dict(program.op_version_map) == fio.SUPPORTED_OP_VERSIONS
+
+
+# -- StableHLO export --------------------------------------------------------------------------------
+_JAX_ONLY = """
+import sys
+class _Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("fluidjax", "paddle"):
+            raise ImportError(f"{name} must not be needed to run an export")
+sys.meta_path.insert(0, _Refuse())
+import numpy as np
+import jax
+exported = jax.export.deserialize(bytearray(open(sys.argv[1], "rb").read()))
+inputs = np.load(sys.argv[2])
+np.savez(sys.argv[3], **{k: np.asarray(exported.call(inputs[k])[0]) for k in inputs.files})
+"""
+
+
+def _run_exported_elsewhere(tmp_path, data, inputs):
+    import subprocess
+    import sys
+
+    (tmp_path / "model.stablehlo").write_bytes(data)
+    (tmp_path / "run.py").write_text(_JAX_ONLY)
+    np.savez(tmp_path / "in.npz", **inputs)
+    subprocess.run([sys.executable, "-I", str(tmp_path / "run.py"), str(tmp_path / "model.stablehlo"),
+                    str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], check=True, cwd=str(tmp_path))
+    return dict(np.load(tmp_path / "out.npz"))
+
+
+def test_export_runs_at_any_batch_size_in_a_jax_only_process(tmp_path):
+    img, label, prob, loss = _fj_cnn()
+    exe = _train_fj(img, label, loss)
+    test_prog = fj.default_main_program().clone(for_test=True)
+    exported = fio.export(test_prog, [img], [prob])
+    assert str(exported.in_avals[0].shape[0]) == "batch" and exported.in_avals[0].shape[1:] == (1, 8, 8)
+    xs = _rng(6).random((8, 1, 8, 8), dtype=np.float32)
+    inputs = {f"b{n}": xs[:n] for n in (1, 3, 8)}
+    outs = _run_exported_elsewhere(tmp_path, exported.serialize(), inputs)
+    for key, x in inputs.items():
+        want, = exe.run(test_prog, feed={"img": x}, fetch_list=[prob])
+        np.testing.assert_allclose(outs[key], want, rtol=1e-5, atol=1e-6)
+
+
+def test_export_of_a_paddle_jit_saved_model_matches_paddle(tmp_path):
+    prefix = str(tmp_path / "jit" / "cnn")
+    xs = _rng(7).random((5, 3, 8, 8), dtype=np.float32)
+    paddle.disable_static()
+    try:
+        paddle.seed(3)
+        net = _Cnn()
+        net.eval()
+        want = {n: net(paddle.to_tensor(xs[:n])).numpy() for n in (1, 2, 5)}
+        paddle.jit.save(net, prefix, input_spec=[paddle.static.InputSpec([None, 3, 8, 8], "float32", "x")])
+    finally:
+        paddle.enable_static()
+    scope = fj.Scope()
+    program, feeds, fetches = fio.load_inference_model(prefix, None, scope=scope)
+    exported = fio.export(program, feeds, fetches, scope=scope)
+    outs = _run_exported_elsewhere(tmp_path, exported.serialize(), {f"b{n}": xs[:n] for n in want})
+    for n, expected in want.items():
+        np.testing.assert_allclose(outs[f"b{n}"], expected, rtol=1e-4, atol=1e-6)
