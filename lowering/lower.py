@@ -50,11 +50,11 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
     if compute is None:
         raise OpRuntimeError(f"op {op.type!r} has no JAX rule")
     values = _values(op, env)
-    if checks is not None:
-        checks.check_indices(op, values)
     lod_source = _first_lod(values)
     if lod_source is not None and op.type not in LOD_AWARE:
         values = _strip_lod(op, values)
+    if checks is not None:                # on the padded rows of LoD ids (padding rows hold 0)
+        checks.check_indices(op, values)
     ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block)
     try:
         outs = compute(ctx)

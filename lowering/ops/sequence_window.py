@@ -1,0 +1,171 @@
+"""Sequence ops over a window of rows: ``sequence_conv``, ``row_conv``, ``sequence_enumerate`` and
+``im2sequence`` (image patches as one sequence per image).
+
+A window never crosses a sequence boundary: rows outside the row's own sequence count as zeros
+(or ``pad_value``), and padding rows past the last sequence belong to none, so they never reach a
+real row (see ``lowering/lod_value.py``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ...ir.errors import OpRuntimeError
+from ...ir.registry import op
+from ...ir.shape import InferShapeContext
+from ..lod_value import LoDValue
+from ..lower import lod_aware
+
+
+def _window_sources(x: LoDValue, shifts):
+    """For every row and every shift k: the row ``row + k`` and whether it lies in the row's own
+    sequence (padding rows, past the last sequence, get no valid source)."""
+    offsets = x.offsets[-1]
+    count = offsets.shape[0] - 1
+    rows = x.data.shape[0]
+    seg = x.segment_ids()
+    real = seg < count
+    seg = jnp.minimum(seg, max(count - 1, 0))
+    start, end = offsets[seg], offsets[seg + 1]
+    r = jnp.arange(rows, dtype=offsets.dtype)
+    sources, valid = [], []
+    for k in shifts:
+        src = r + k
+        sources.append(jnp.clip(src, 0, max(rows - 1, 0)))
+        valid.append(real & (src >= start) & (src < end))
+    return sources, valid
+
+
+def _rows_where(mask, values):
+    return jnp.where(mask.reshape(mask.shape + (1,) * (values.ndim - 1)), values, jnp.zeros((), values.dtype))
+
+
+# -- sequence_conv ---------------------------------------------------------------------------------
+def _sequence_conv_shape(ctx: InferShapeContext) -> None:
+    x, w = ctx.input("X"), ctx.input("Filter")
+    length, stride = ctx.attr("contextLength"), ctx.attr("contextStride")
+    ctx.check(x.lod_level == 1, f"X must be a LoD tensor with one level (Paddle's rule), got lod_level {x.lod_level}")
+    ctx.check(x.ndim == 2 and w.ndim == 2, f"X and Filter must be 2-D, got {x.shape} and {w.shape}")
+    ctx.check(length is not None and int(length) > 0, f"contextLength must be > 0, got {length}")
+    ctx.check(int(stride if stride is not None else 1) == 1, f"contextStride must be 1 (Paddle's rule), got {stride}")
+    ctx.check(not ctx.attr("paddingTrainable"),
+              "paddingTrainable=True (learned padding rows) is not supported: padding rows are zeros")
+    if x.shape[1] >= 0 and w.shape[0] >= 0:
+        ctx.check(w.shape[0] == int(length) * x.shape[1],
+                  f"Filter must have contextLength * width = {int(length)} * {x.shape[1]} rows, got {w.shape[0]}")
+    ctx.set_output("Out", (x.shape[0], w.shape[1]), x.dtype, x.lod_level)
+
+
+@op("sequence_conv", inputs="X PaddingData? Filter", outputs="Out",
+    attrs={"paddingTrainable": False, "contextLength": 3, "contextStart": 0, "contextStride": 1},
+    infer_shape=_sequence_conv_shape, no_grad_inputs=["PaddingData"])
+def sequence_conv(ctx):
+    """A 1-D convolution along each sequence: row t sees rows ``t + contextStart + j`` for
+    ``j < contextLength`` (zeros outside its sequence), concatenated, times Filter
+    ([contextLength * width, out_width]). Out keeps X's LoD."""
+    x, w = ctx.input("X"), ctx.input("Filter")
+    start, length = int(ctx.attr("contextStart")), int(ctx.attr("contextLength"))
+    sources, valid = _window_sources(x, [start + j for j in range(length)])
+    col = jnp.concatenate([_rows_where(v, x.data[s]) for s, v in zip(sources, valid)], axis=1)
+    return {"Out": LoDValue(col @ w, x.offsets)}
+
+
+# -- row_conv --------------------------------------------------------------------------------------
+def _row_conv_shape(ctx: InferShapeContext) -> None:
+    x, w = ctx.input("X"), ctx.input("Filter")
+    ctx.check(w.ndim == 2, f"Filter must be 2-D [future_context, width], got {w.shape}")
+    if x.lod_level:
+        ctx.check(x.ndim == 2, f"a LoD X must be 2-D [rows, width], got {x.shape}")
+    else:
+        ctx.check(x.ndim == 3, f"X without LoD must be 3-D [batch, time, width], got {x.shape}")
+    ctx.check(x.shape[-1] < 0 or w.shape[1] < 0 or x.shape[-1] == w.shape[1],
+              f"Filter's width {w.shape[1]} must equal X's {x.shape[-1]}")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("row_conv", inputs="X Filter", outputs="Out", infer_shape=_row_conv_shape)
+def row_conv(ctx):
+    """Lookahead convolution: ``out[t] = sum_k x[t + k] * Filter[k]`` over the rows of t's own
+    sequence (a LoD X), or over the time axis of a [batch, time, width] X. Out keeps X's LoD."""
+    x, w = ctx.input("X"), ctx.input("Filter")
+    context = w.shape[0]
+    if x.__class__ is LoDValue:
+        sources, valid = _window_sources(x, range(context))
+        out = sum(_rows_where(v, x.data[s]) * w[k] for k, (s, v) in enumerate(zip(sources, valid)))
+        return {"Out": LoDValue(out, x.offsets)}
+    steps = x.shape[1]
+    padded = jnp.pad(x, ((0, 0), (0, context), (0, 0)))
+    return {"Out": sum(padded[:, k:k + steps] * w[k] for k in range(context))}
+
+
+# -- sequence_enumerate ----------------------------------------------------------------------------
+def _enumerate_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    win = ctx.attr("win_size")
+    ctx.check(x.lod_level == 1, f"X must be a LoD tensor with one level, got lod_level {x.lod_level}")
+    ctx.check(x.dtype in ("int32", "int64"), f"X must hold int32 or int64 ids, got {x.dtype}")
+    ctx.check(x.ndim == 1 or (x.ndim == 2 and x.shape[1] in (1, -1)), f"X must be [rows, 1], got {x.shape}")
+    ctx.check(win is not None and int(win) >= 1, f"win_size must be >= 1, got {win}")
+    ctx.set_output("Out", (x.shape[0], int(win)), x.dtype, x.lod_level)
+
+
+@op("sequence_enumerate", inputs="X", outputs="Out", attrs={"win_size": 2, "pad_value": 0},
+    infer_shape=_enumerate_shape, grad=None)
+def sequence_enumerate(ctx):
+    """Row t of Out is ids ``x[t], x[t+1], ..., x[t+win_size-1]`` of t's sequence, ``pad_value``
+    past its end. Out keeps X's LoD."""
+    x = ctx.input("X")
+    ids = x.data.reshape(x.data.shape[0])
+    sources, valid = _window_sources(x, range(int(ctx.attr("win_size"))))
+    pad = jnp.asarray(ctx.attr("pad_value"), ids.dtype)
+    out = jnp.stack([jnp.where(v, ids[s], pad) for s, v in zip(sources, valid)], axis=1)
+    return {"Out": LoDValue(out, x.offsets)}
+
+
+# -- im2sequence -----------------------------------------------------------------------------------
+def _im2sequence_geometry(attr, height: int, width: int):
+    kh, kw = (int(v) for v in attr("kernels"))
+    sh, sw = (int(v) for v in (attr("strides") or [1, 1]))
+    up, left, down, right = (int(v) for v in (attr("paddings") or [0, 0, 0, 0]))
+    out_h = -1 if height < 0 else (height + up + down - kh) // sh + 1
+    out_w = -1 if width < 0 else (width + left + right - kw) // sw + 1
+    return (kh, kw), (sh, sw), ((up, down), (left, right)), out_h, out_w
+
+
+def _im2sequence_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.check(x.ndim == 4, f"X must be 4-D [N, C, H, W], got {x.shape}")
+    ctx.check(len(ctx.attr("kernels") or ()) == 2, f"kernels must be [height, width], got {ctx.attr('kernels')}")
+    ctx.check(len(ctx.attr("strides") or [1, 1]) == 2 and len(ctx.attr("paddings") or [0] * 4) == 4,
+              "strides must have 2 entries and paddings 4 (up, left, down, right)")
+    ctx.check(ctx.input("Y") is None,
+              "Y (the real size of every image, for inference on padded images) is not supported")
+    (kh, kw), _, _, out_h, out_w = _im2sequence_geometry(ctx.attr, x.shape[2], x.shape[3])
+    ctx.check(out_h != 0 and out_w != 0 and (out_h > 0 or out_h == -1) and (out_w > 0 or out_w == -1),
+              f"kernels {[kh, kw]} do not fit in the padded image {x.shape[2:]}")
+    rows = -1 if min(x.shape[0], out_h, out_w) < 0 else x.shape[0] * out_h * out_w
+    feat = -1 if x.shape[1] < 0 else x.shape[1] * kh * kw
+    ctx.set_output("Out", (rows, feat), x.dtype, 1)
+
+
+@op("im2sequence", inputs="X Y?", outputs="Out",
+    attrs={"kernels": [], "strides": [1, 1], "paddings": [0, 0, 0, 0], "out_stride": [1, 1]},
+    infer_shape=_im2sequence_shape, no_grad_inputs=["Y"])
+def im2sequence(ctx):
+    """The patches of each image ([N, C, H, W]) as rows, in row-major order of their position;
+    a patch is its C x kh x kw values. Out has one sequence per image."""
+    x = ctx.input("X")
+    if ctx.input("Y") is not None:
+        raise OpRuntimeError("im2sequence: the Y input (real image sizes) is not supported")
+    kernel, strides, padding, out_h, out_w = _im2sequence_geometry(ctx.attr, x.shape[2], x.shape[3])
+    patches = jax.lax.conv_general_dilated_patches(
+        x, kernel, strides, padding, dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        precision=jax.lax.Precision.HIGHEST)                      # [N, C*kh*kw, oh, ow], c-major
+    n, feat = x.shape[0], patches.shape[1]
+    out = jnp.transpose(patches, (0, 2, 3, 1)).reshape(n * out_h * out_w, feat)
+    offsets = jnp.arange(n + 1, dtype=jnp.int32) * (out_h * out_w)
+    return {"Out": LoDValue(out, (offsets,))}
+
+
+lod_aware("sequence_conv", "row_conv", "sequence_enumerate", "im2sequence")
