@@ -20,6 +20,8 @@ from .lowering import CPUPlace, CUDAPlace, Executor, LoDTensor, Scope, TPUPlace,
 from .lowering.flags import get_flags, set_flags
 from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
+from .viz import draw
+from .frontend.training_loop import History, evaluate, train
 from . import io  # noqa: E402  (fj.io: Paddle's saved models and checkpoints, StableHLO export)
 from .viz import draw
 
@@ -36,5 +38,5 @@ __all__ = [
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",
     "program_guard", "unique_name", "nets", "optimizer", "regularizer", "clip",
     "DataFeeder", "batch", "create_lod_tensor", "create_random_int_lodtensor", "reader",
-    "draw",
+    "draw", "History", "evaluate", "train",
 ]

@@ -73,3 +73,66 @@ def test_scope_lists_its_variables_with_kinds_and_sizes():
     assert f"{(4 * 3 + 3) * 4} B" in html
     assert np.asarray(scope.find_var("fc_0.w_0").get_tensor()).shape == (4, 3)
     assert "device=cpu:0" in repr(scope.find_var("fc_0.w_0").get_tensor())
+
+
+# -- fj.train ------------------------------------------------------------------------------------------
+
+def _tiny_classifier():
+    import numpy as np
+
+    import fluidjax as fj
+    from fluidjax import layer
+
+    main, startup = fj.Program(), fj.Program()
+    startup.random_seed = 3
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = layer.data("x", input_size=4)
+        label = layer.data("y", dims=1, dtype="int64")
+        logits = layer.fc(x, 3)
+        loss = layer.mean(layer.softmax_with_cross_entropy(logits, label))
+        test = main.clone(for_test=True)
+        fj.optimizer.SGD(0.5).minimize(loss)
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(120, 4)).astype("float32")
+    ys = ((xs[:, 0] > 0).astype("int64") + (xs[:, 1] > 1)).reshape(-1, 1)
+
+    def reader():
+        for i in range(0, 120, 40):
+            yield [(xs[j], ys[j]) for j in range(i, i + 40)]
+
+    return main, startup, test, loss, reader
+
+
+def test_train_records_every_step_and_evaluates_at_epoch_ends():
+    import numpy as np
+
+    import fluidjax as fj
+
+    main, startup, test, loss, reader = _tiny_classifier()
+    scope = fj.Scope()
+    exe = fj.Executor(fj.CPUPlace())
+    exe.run(startup, scope=scope)
+    history = fj.train(exe, main, reader, [loss], epochs=2, feed_order=["x", "y"], scope=scope,
+                       test_program=test, test_reader=reader, progress=False)
+    steps = history[loss.name]
+    assert len(steps) == 6 and history.epoch_ends == [3, 6]
+    assert np.allclose(history.epochs[loss.name], [np.mean(steps[:3]), np.mean(steps[3:])])
+    assert steps[-1] < steps[0]
+    # the epoch-end evaluation equals a hand-written loop over the test program now
+    feeder = fj.DataFeeder(["x", "y"], program=main)
+    by_hand = [float(exe.run(test, feed=feeder.feed(b), fetch_list=[loss.name], scope=scope)[0]) for b in reader()]
+    assert np.isclose(history.test[loss.name][-1], np.mean(by_hand))      # equal batch sizes
+    assert "2 epoch(s), 6 steps" in repr(history)
+
+
+def test_train_draws_no_live_plot_outside_jupyter(capsys):
+    import fluidjax as fj
+    from fluidjax.frontend.training_loop import History, _LivePlot
+
+    assert not _LivePlot(History(), 1.0).active
+    main, startup, _, loss, reader = _tiny_classifier()
+    scope = fj.Scope()
+    exe = fj.Executor(fj.CPUPlace())
+    exe.run(startup, scope=scope)
+    fj.train(exe, main, reader, [loss], feed_order=["x", "y"], scope=scope, progress=False)
+    assert capsys.readouterr().out == ""
