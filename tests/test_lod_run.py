@@ -158,3 +158,113 @@ def test_lod_feeds_are_checked_by_name():
         bad = fj.LoDTensor(np.ones((3, 2), np.float32))          # refused here, or at the run
         bad.set_lod([[0, 2]])
         exe.run(feed={"x": bad}, fetch_list=[out])
+
+
+# -- the sequence layers in whole programs ---------------------------------------------------------
+def _run_in_paddle(main, feed, lods, fetch, params):
+    import paddle_oracle as po
+
+    return po.run(main.serialize(), feed, fetch, params, lods=lods)
+
+
+def _text_conv_program(vocab=20, width=6):
+    """Embedding -> sequence_conv -> row_conv -> max pool -> fc softmax -> cross entropy (Fluid's text CNN)."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        words = layer.data("words", dims=1, dtype="int64", lod_level=1)
+        label = layer.data("label", dims=1, dtype="int64")
+        emb = layer.embedding(words, size=[vocab, width])
+        conv = layer.sequence_conv(emb, num_filters=5, filter_size=3, act="tanh")
+        ahead = layer.row_conv(conv, future_context_size=1, activation="relu")
+        pooled = layer.sequence_pool(ahead, "max")
+        prob = layer.fc(pooled, 3, activation="softmax")
+        loss = layer.mean(layer.cross_entropy(prob, label))
+        fj.append_backward(loss)
+    return main, startup, emb, conv, ahead, loss
+
+
+def test_text_conv_layers_match_paddle():
+    """sequence_conv, row_conv and a max pool over embedded LoD ids: outputs, loss and the
+    parameters' gradients equal Paddle's run of the same serialized program."""
+    rng = np.random.default_rng(1)
+    lengths = [[4, 1, 6, 3]]                    # row_conv's kernel refuses empty sequences
+    ids = rng.integers(0, 20, (14, 1)).astype(np.int64)
+    label = rng.integers(0, 3, (4, 1)).astype(np.int64)
+    main, startup, emb, conv, ahead, loss = _text_conv_program()
+    exe = fj.Executor()
+    scope = fj.Scope()
+    exe.run(startup, scope=scope)
+    params = {p.name: np.asarray(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
+    fetch = [conv.name, ahead.name, loss.name] + [p + "@GRAD" for p in sorted(params)]
+    ours = exe.run(main, feed={"words": _lod_tensor(ids, lengths), "label": label}, fetch_list=fetch, scope=scope)
+    theirs = _run_in_paddle(main, {"words": ids, "label": label}, {"words": lengths}, fetch, params)
+    for name, a, b in zip(fetch, ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=name)
+
+
+def _layout_program():
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = layer.data("x", dims=2, lod_level=1, stop_gradient=False)
+        pad_value = layer.fill_constant([1], "float32", 0.0)
+        padded, length = layer.sequence_pad(x, pad_value)
+        back = layer.sequence_unpad(padded, length)
+        sliced = layer.sequence_slice(back, layer.fill_constant([4, 1], "int64", 0),
+                                      layer.elementwise_min(layer.reshape(length, [-1, 1]),
+                                                            layer.fill_constant([4, 1], "int64", 2)))
+        conv = layer.sequence_conv(sliced, num_filters=3, filter_size=2, bias_attr=False)
+        pooled = layer.sequence_pool(conv, "sum")
+        loss = layer.mean(layer.elementwise_mul(pooled, pooled))
+        fj.append_backward(loss)
+    return main, startup, back, sliced, pooled, loss
+
+
+def test_padding_never_reaches_the_layout_ops():
+    """pad -> unpad -> slice -> conv -> pool: a batch alone and inside a larger, differently padded
+    batch gives the same per-sequence rows and the same gradient rows; and Paddle agrees."""
+    rng = np.random.default_rng(2)
+    main, startup, back, sliced, pooled, loss = _layout_program()
+    exe = fj.Executor()
+    scope = fj.Scope()
+    exe.run(startup, scope=scope)
+    small_lengths = [3, 0, 2, 1]
+    small = rng.standard_normal((6, 2)).astype(np.float32)
+    # The same first three sequences, then a long fourth: 25 rows, a bigger bucket, a longer pad.
+    big_lengths = [3, 0, 2, 20]
+    big = np.concatenate([small[:5], rng.standard_normal((20, 2)).astype(np.float32)])
+    fetch = [back.name, sliced.name, pooled.name, "x@GRAD"]
+    alone = exe.run(main, feed={"x": _lod_tensor(small, [small_lengths])}, fetch_list=fetch, scope=scope)
+    together = exe.run(main, feed={"x": _lod_tensor(big, [big_lengths])}, fetch_list=fetch, scope=scope)
+    np.testing.assert_array_equal(alone[0][:5], together[0][:5])          # unpadded rows of sequences 0-2
+    np.testing.assert_array_equal(alone[1][:4], together[1][:4])          # their slices (2 + 0 + 2 rows)
+    np.testing.assert_array_equal(alone[2][:3], together[2][:3])          # their pooled rows
+    np.testing.assert_allclose(alone[3][:5], together[3][:5], rtol=1e-6)  # their gradient rows
+    params = {p.name: np.asarray(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
+    theirs = _run_in_paddle(main, {"x": small}, {"x": [small_lengths]}, fetch, params)
+    for name, a, b in zip(fetch, alone, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_sequence_layers_build_their_lod_levels():
+    """Each layer's result has the lod_level Paddle gives it, known when the program is built."""
+    with fj.program_guard(fj.Program(), fj.Program()):
+        x = layer.data("x", dims=4, lod_level=1)
+        ids = layer.data("ids", dims=1, dtype="int64", lod_level=1)
+        plain = layer.data("plain", dims=4)
+        img = layer.data("img", shape=[1, 5, 5])
+        assert layer.sequence_conv(x, 3, activation="relu").lod_level == 1
+        assert layer.sequence_expand(x, x).lod_level == 1
+        assert layer.sequence_expand(plain, x).lod_level == 0
+        out, length = layer.sequence_pad(x, layer.fill_constant([1], "float32", 0.0), maxlen=7)
+        assert (out.lod_level, out.shape, length.dtype) == (0, (-1, 7, 4), "int64")
+        assert layer.sequence_unpad(out, length).lod_level == 1
+        assert layer.sequence_mask(length, maxlen=7).shape == (-1, 7)
+        assert layer.sequence_reshape(x, 2).shape == (-1, 2)
+        assert layer.sequence_enumerate(ids, 3).shape == (-1, 3)
+        assert layer.lod_reset(plain, target_lod=[0, 2]).lod_level == 1
+        assert layer.lod_append(x, [0, 1, 2]).lod_level == 2
+        seq = layer.im2sequence(img, filter_size=2, stride=1)
+        assert (seq.lod_level, seq.shape) == (1, (-1, 4))
+        assert layer.row_conv(x, 2).lod_level == 1
+        with pytest.raises(ValueError, match="activation"):
+            layer.sequence_conv(x, 3, act="relu", activation="tanh")
