@@ -22,11 +22,13 @@ from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
 from .viz import draw
 from .frontend.training_loop import History, evaluate, train
+from .ir.callstack import install_notebook_tracebacks as _install_notebook_tracebacks
 from . import io  # noqa: E402  (fj.io: Paddle's saved models and checkpoints, StableHLO export)
 from .viz import draw
 
 # `import fluidjax.reader` / `from fluidjax.reader import shuffle` work like the attribute.
 _sys.modules[__name__ + ".reader"] = reader
+_install_notebook_tracebacks()  # in Jupyter, fluidjax errors show the user's cells only
 
 __version__ = "0.1.0"
 

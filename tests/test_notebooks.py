@@ -136,3 +136,25 @@ def test_train_draws_no_live_plot_outside_jupyter(capsys):
     exe.run(startup, scope=scope)
     fj.train(exe, main, reader, [loss], feed_order=["x", "y"], scope=scope, progress=False)
     assert capsys.readouterr().out == ""
+
+
+# -- errors point at the cell ----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_shape_error_in_a_notebook_names_the_cell_and_line_with_a_short_traceback(tmp_path):
+    import re
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import fluidjax as fj\nfrom fluidjax import layer"),
+                nbformat.v4.new_code_cell("x = layer.data('x', input_size=4)\ny = layer.data('y', shape=[5, 3])\n\n"
+                                          "z = layer.matmul(x, y)", metadata={"tags": ["raises-exception"]})]
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    (error,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert error.ename == "ShapeError"
+    assert 'created at: File "Cell In[2]", line 4' in error.evalue
+    text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.traceback))
+    assert "Cell In[2], line 4" in text and "layer.matmul(x, y)" in text
+    # only the user's frame: nothing from inside fluidjax or IPython
+    frames = [line for line in text.splitlines() if re.match(r"^(Cell In\[|File )", line)]
+    assert frames == ["Cell In[2], line 4"]
+    assert "shape.py" not in text and "interactiveshell" not in text
