@@ -1,3 +1,390 @@
-"""Layers (being filled in; see the module's issue)."""
+"""Control-flow layers with Paddle 2.x's names: ``cond``, ``while_loop``, ``switch_case``, ``case``,
+``increment`` and tensor arrays (``create_array``, ``array_write``, ``array_read``, ``array_length``).
 
-__all__: list[str] = []
+They build the ops Paddle 2.6's static mode builds (``paddle.static.nn.cond`` and friends):
+``cond`` is a ``conditional_block`` per branch (the false one under ``logical_not(pred)``), each
+copying its results into variables of the enclosing block with ``assign``, then a
+``select_input`` per result with ``cast(pred, int32)`` as mask; ``while_loop`` is one ``while``
+op whose body ends by assigning the new loop variables and the new condition over the old
+ones; ``switch_case`` and ``case`` are nested ``cond`` s. Programs built here therefore run in
+Paddle and Paddle's run here (``tests/test_control_flow.py`` checks both ways).
+
+>>> x = data("x", dims=[3])
+>>> y = cond(reduce_sum(x) > 0, lambda: x * 2.0, lambda: x - 1.0)
+>>> i = fill_constant([1], "int64", 0)
+>>> n = fill_constant([1], "int64", 3)
+>>> i, z = while_loop(lambda i, z: i < n, lambda i, z: [increment(i), z * z], [i, x], max_iterations=3)
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable, Sequence
+
+from ..ir import dtypes, unique_name
+from ..ir.errors import ShapeError
+from ..ir.variable import Variable
+from .layer_helper import LayerHelper
+from .layers import fill_constant
+from .math_layers import equal, logical_not
+from .tensor_layers import assign, cast
+
+__all__ = ["cond", "while_loop", "switch_case", "case", "increment", "create_array", "array_write",
+           "array_read", "array_length"]
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _flatten(structure) -> list:
+    if isinstance(structure, (list, tuple)):
+        return [leaf for item in structure for leaf in _flatten(item)]
+    if isinstance(structure, dict):
+        return [leaf for key in sorted(structure) for leaf in _flatten(structure[key])]
+    return [structure]
+
+
+def _map(fn: Callable, *structures):
+    first = structures[0]
+    if isinstance(first, (list, tuple)):
+        for s in structures[1:]:
+            if not isinstance(s, (list, tuple)) or len(s) != len(first):
+                raise ValueError(f"structures differ: {first!r} and {s!r}")
+        return type(first)(_map(fn, *items) for items in zip(*structures))
+    if isinstance(first, dict):
+        for s in structures[1:]:
+            if not isinstance(s, dict) or set(s) != set(first):
+                raise ValueError(f"structures differ: {first!r} and {s!r}")
+        return {k: _map(fn, *(s[k] for s in structures)) for k in first}
+    return fn(*structures)
+
+
+def _numel(var: Variable) -> int:
+    n = 1
+    for d in var.shape:
+        n *= d
+    return n
+
+
+def _check_condition(pred, what: str, layer: str) -> None:
+    if not isinstance(pred, Variable):
+        raise TypeError(f"{layer}: {what} must be a bool Variable, got {type(pred).__name__}")
+    if pred.dtype != "bool":
+        raise TypeError(f"{layer}: {what} must be a bool Variable, got dtype {pred.dtype}")
+    if _numel(pred) != 1:
+        raise TypeError(f"{layer}: {what} must hold one value (shape [1] or []), got shape {list(pred.shape)}")
+
+
+def _block_io(block) -> tuple[list[str], list[str]]:
+    """Paddle's ``get_inputs_outputs_in_block``: names the block's ops read before writing them,
+    and every name they write (in program order, where Paddle uses sets)."""
+    inputs: list[str] = []
+    outputs: list[str] = []
+    written: set[str] = set()
+    for op in block.ops:
+        for n in op.input_arg_names:
+            if n not in written and n not in inputs:
+                inputs.append(n)
+        for n in op.output_arg_names:
+            if n not in written:
+                written.add(n)
+                outputs.append(n)
+    parent = block.program.block(block.parent_idx)
+    # Arrays created in this block are not inputs from outside (Paddle's step 2).
+    inputs = [n for n in inputs if not (parent.find_var(n) is None and block.has_var(n)
+                                        and block.vars[n].type == dtypes.LOD_TENSOR_ARRAY)]
+    return inputs, outputs
+
+
+def _step_scopes(block) -> Variable:
+    return block.create_var(unique_name.generate("_generated_var"), (), None, type=dtypes.STEP_SCOPES)
+
+
+def _copy_to_parent(var, program):
+    """A result of a branch, copied into a new variable of the enclosing block (Paddle's
+    ``copy_var_to_parent_block``); arrays of an enclosing block are passed as they are."""
+    if not isinstance(var, Variable):
+        return var
+    parent = program.block(program.current_block().parent_idx)
+    if var.type == dtypes.LOD_TENSOR_ARRAY and parent.find_var(var.name) is not None:
+        return var
+    out = parent.create_var(unique_name.generate("_generated_var"), var.shape, var.dtype, var.lod_level,
+                            type=var.type)
+    assign(var, out)
+    return out
+
+
+def _conditional_block(conds: list[Variable], fn: Callable, is_scalar_condition: bool = True):
+    """Run ``fn`` into a new sub-block, append its ``conditional_block`` op; return ``fn``'s
+    results copied into the enclosing block."""
+    helper = LayerHelper("conditional_block")
+    program = helper.main_program
+    inside = program.create_block()
+    try:
+        result = fn()
+        copied = None if result is None else _map(partial(_copy_to_parent, program=program), result)
+    finally:
+        program.rollback()
+    parent = program.block(inside.parent_idx)
+    reads, writes = _block_io(inside)
+    inputs = [parent.var(n) for n in reads if parent.find_var(n) is not None]
+    outs = [parent.var(n) for n in writes if parent.find_var(n) is not None]
+    parent.append_op("conditional_block", {"Cond": conds, "Input": inputs},
+                     {"Out": outs, "Scope": [_step_scopes(parent)]},
+                     {"sub_block": inside.idx, "is_scalar_condition": is_scalar_condition})
+    return copied
+
+
+def _select_input(inputs: list[Variable], mask: Variable) -> Variable:
+    helper = LayerHelper("select_input")
+    first, second = inputs
+    if len(first.shape) == len(second.shape):
+        shape = [a if a == b else -1 for a, b in zip(first.shape, second.shape)]
+    else:
+        shape = list(second.shape)
+    out = helper.block.create_var(unique_name.generate("_generated_var"), shape, second.dtype,
+                                  second.lod_level, type=second.type)
+    helper.append_op("select_input", {"X": inputs, "Mask": mask}, {"Out": out})
+    return out
+
+
+# -- cond ------------------------------------------------------------------------------------------
+def cond(pred: Variable, true_fn: Callable | None = None, false_fn: Callable | None = None,
+         name: str | None = None):
+    """``true_fn()`` if ``pred`` (a one-element bool Variable) holds at run time, else ``false_fn()``.
+
+    Both functions build their ops into sub-blocks and must return the same structure of
+    Variables (or both None); each returned pair must have one shape and dtype at run time
+    (XLA selects between them). Ops built outside the functions run whichever branch is taken.
+    Only the taken branch runs (``lax.cond``), and gradients flow through it alone.
+
+    >>> # y = cond(x.sum() > 0, lambda: x * 2.0, lambda: x - 1.0)
+    """
+    _check_condition(pred, "pred", "cond")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"cond: name must be a str, got {type(name).__name__}")
+    true_output = false_output = None
+    if true_fn is not None:
+        if not callable(true_fn):
+            raise TypeError(f"The true_fn in cond must be callable, but received {type(true_fn).__name__}")
+        true_output = _conditional_block([pred], true_fn)
+    if false_fn is not None:
+        if not callable(false_fn):
+            raise TypeError(f"The false_fn in cond must be callable, but received {type(false_fn).__name__}")
+        false_output = _conditional_block([logical_not(pred)], false_fn)
+    if true_output is None and false_output is None:
+        return None
+    if true_output is None:
+        raise ValueError("Incompatible return values of true_fn and false_fn in cond: true_fn returns None "
+                         "while false_fn returns non-None")
+    if false_output is None:
+        raise ValueError("Incompatible return values of true_fn and false_fn in cond: true_fn returns "
+                         "non-None while false_fn returns None")
+    n_true, n_false = len(_as_sequence(true_output)), len(_as_sequence(false_output))
+    if n_true != n_false:
+        raise ValueError(f"true fn returns {n_true} vars, but false fn returns {n_false} vars, which is not equals")
+    mask = cast(pred, "int32")
+
+    def merge(false_var, true_var):
+        if not isinstance(false_var, Variable) or not isinstance(true_var, Variable):
+            if false_var == true_var:
+                return false_var
+            raise TypeError(f"cond: both branches must return Variables here, got {false_var!r} and {true_var!r}")
+        return _select_input([false_var, true_var], mask)
+
+    try:
+        return _map(merge, false_output, true_output)
+    except ValueError as exc:
+        raise ValueError(f"Incompatible return values of true_fn and false_fn in cond: {exc}") from None
+
+
+def _as_sequence(x) -> list:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+# -- while_loop ------------------------------------------------------------------------------------
+def _compatible(a: Sequence[int], b: Sequence[int]) -> bool:
+    return len(a) == len(b) and all(x == y or x < 0 or y < 0 for x, y in zip(a, b))
+
+
+def while_loop(cond: Callable, body: Callable, loop_vars: Sequence, is_test: bool = False,
+               name: str | None = None, max_iterations: int | None = None):
+    """Repeat ``loop_vars = body(*loop_vars)`` while ``cond(*loop_vars)`` holds; return the final
+    loop variables (the same Variables, updated in place, as Paddle does).
+
+    ``body`` returns as many Variables as ``loop_vars``, each of the shape and dtype it had (an
+    XLA loop carries one shape; a mismatch is a :class:`ShapeError` naming the variable).
+    ``max_iterations`` (fluidjax's, stored as an extra ``while`` attribute that Paddle ignores)
+    bounds the trip count for the gradient: with it, backward runs a ``lax.scan`` of that many
+    steps (linear time, memory per step); without it, backward recomputes (no memory per step,
+    time quadratic in the trip count). A loop that runs past the bound gets NaN gradients.
+    See ``docs/control_flow.md``.
+
+    >>> # i, z = while_loop(lambda i, z: i < n, lambda i, z: [i + 1, z * z], [i, z])
+    """
+    if not callable(cond):
+        raise TypeError("cond in while_loop should be callable")
+    if not callable(body):
+        raise TypeError("body in while_loop should be callable")
+    if not isinstance(loop_vars, (list, tuple)):
+        raise TypeError(f"loop_vars in while_loop must be a list or tuple, got {type(loop_vars).__name__}")
+    if len(loop_vars) == 0:
+        raise ValueError("loop_vars in while_loop should not be empty")
+    if max_iterations is not None and (isinstance(max_iterations, bool) or int(max_iterations) <= 0):
+        raise ValueError(f"while_loop: max_iterations must be a positive int, got {max_iterations!r}")
+    pre_cond = cond(*loop_vars)
+    _check_condition(pre_cond, "the value cond returns", "while_loop")
+    helper = LayerHelper("while", name)
+    program = helper.main_program
+    inside = program.create_block()
+    try:
+        output_vars = body(*loop_vars)
+        if not isinstance(output_vars, (list, tuple)):
+            output_vars = [output_vars]
+        if len(output_vars) != len(loop_vars):
+            raise ValueError("body in while_loop should return the same arity (length and structure) and types "
+                             f"as loop_vars: {len(output_vars)} values for {len(loop_vars)} loop variables")
+        for new, old in zip(_flatten(list(output_vars)), _flatten(list(loop_vars))):
+            if isinstance(new, Variable) and isinstance(old, Variable) and old.type != dtypes.LOD_TENSOR_ARRAY \
+                    and not _compatible(new.shape, old.shape):
+                raise ShapeError(f"while_loop: loop variable {old.name!r} has shape {list(old.shape)} before the "
+                                 f"loop but the body returns shape {list(new.shape)} ({new.name!r}); an XLA loop "
+                                 "carries one shape")
+        now_cond = cond(*output_vars)
+        _check_condition(now_cond, "the value cond returns", "while_loop")
+        for new, old in zip(_flatten(list(output_vars)), _flatten(list(loop_vars))):
+            if not isinstance(new, Variable) or not isinstance(old, Variable):
+                raise TypeError("while_loop: loop_vars and what body returns must be Variables")
+            if new.type == dtypes.LOD_TENSOR_ARRAY:
+                if program.block(inside.parent_idx).find_var(new.name) is None:
+                    assign(new, old)
+            else:
+                assign(new, old)
+        assign(now_cond, pre_cond)
+    finally:
+        program.rollback()
+    parent = program.block(inside.parent_idx)
+    reads, writes = _block_io(inside)
+    out_names = [n for n in dict.fromkeys(writes) if parent.find_var(n) is not None]
+    x_names = [n for n in dict.fromkeys(reads + out_names) if n != pre_cond.name and parent.find_var(n) is not None]
+    attrs: dict[str, Any] = {"sub_block": inside.idx, "is_test": bool(is_test)}
+    if max_iterations is not None:
+        attrs["max_iterations"] = int(max_iterations)
+    parent.append_op("while", {"X": [parent.var(n) for n in x_names], "Condition": [pre_cond]},
+                     {"Out": [parent.var(n) for n in out_names], "StepScopes": [_step_scopes(parent)]}, attrs)
+    return loop_vars
+
+
+# -- case, switch_case -----------------------------------------------------------------------------
+def case(pred_fn_pairs: Sequence, default: Callable | None = None, name: str | None = None):
+    """An if-elif-else chain: the ``fn`` of the first ``(pred, fn)`` pair whose ``pred`` holds, else
+    ``default()`` (without one, the last pair's ``fn``). Nested ``cond`` s, as Paddle builds them."""
+    if not isinstance(pred_fn_pairs, (list, tuple)):
+        raise TypeError(f"case: pred_fn_pairs must be a list or tuple, got {type(pred_fn_pairs).__name__}")
+    for pair in pred_fn_pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"case: each element of pred_fn_pairs must be a (pred, fn) tuple, got {pair!r}")
+        pred, fn = pair
+        if not isinstance(pred, Variable):
+            raise TypeError(f"case: a pred must be a bool Variable, got {type(pred).__name__}")
+        if not callable(fn):
+            raise TypeError(f"The fn for {pred.name} of pred_fn_pairs in Op(case) must be callable.")
+    pairs = list(pred_fn_pairs)
+    if default is None:
+        if not pairs:
+            raise ValueError("case: pred_fn_pairs is empty and there is no default")
+        default = pairs[-1][1]
+        pairs = pairs[:-1]
+    elif not callable(default):
+        raise TypeError("The default in Op(case) must be callable.")
+    false_fn = default
+    for pred, true_fn in reversed(pairs):
+        false_fn = partial(cond, pred=pred, true_fn=true_fn, false_fn=false_fn)
+    return false_fn()
+
+
+def switch_case(branch_index: Variable, branch_fns, default: Callable | None = None, name: str | None = None):
+    """The ``fn`` whose key equals ``branch_index`` (an int Variable of one element); ``branch_fns``
+    is a dict key -> fn, a list of (key, fn) pairs or a list of fns (keys 0, 1, ...). No key
+    matches: ``default()``, or without one the fn of the largest key. Nested ``cond`` s, as Paddle
+    builds them."""
+    if not isinstance(branch_index, Variable) or branch_index.dtype not in ("uint8", "int32", "int64"):
+        raise TypeError("switch_case: branch_index must be a uint8, int32 or int64 Variable")
+    if branch_index.dtype != "int64":
+        branch_index = cast(branch_index, "int64")
+    if not isinstance(branch_fns, (list, tuple, dict)):
+        raise TypeError(f"switch_case: branch_fns must be a dict, list or tuple, got {type(branch_fns).__name__}")
+    fns = list(branch_fns.items()) if isinstance(branch_fns, dict) else list(branch_fns)
+    if fns and all(callable(fn) for fn in fns):
+        fns = list(enumerate(fns))
+    keys = []
+    for pair in fns:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"switch_case: each element of branch_fns must be a (key, fn) tuple, got {pair!r}")
+        key, fn = pair
+        if not isinstance(key, int):
+            raise TypeError(f"switch_case: a key must be an int, got {type(key).__name__}")
+        if key in keys:
+            raise ValueError(f"The key in 'branch_fns' must be unique, but '{key}' appears more than once.")
+        keys.append(key)
+        if not callable(fn):
+            raise TypeError(f"switch_case: the function for key {key} must be callable")
+    if default is None:
+        ordered = sorted(fns, key=lambda p: p[0])
+        default = ordered[-1][1]
+        fns = ordered[:-1]
+    elif not callable(default):
+        raise TypeError("The default in Op(case) must be callable.")
+    pairs = []
+    for index, fn in fns:
+        pairs.append((equal(branch_index, fill_constant([1], "int64", index)), fn))
+    false_fn = default
+    for pred, true_fn in pairs:
+        false_fn = partial(cond, pred=pred, true_fn=true_fn, false_fn=false_fn)
+    return false_fn()
+
+
+# -- increment -------------------------------------------------------------------------------------
+def increment(x: Variable, value: float = 1.0, in_place: bool = True) -> Variable:
+    """``x + value`` for a one-element ``x`` (a loop counter); written into ``x`` itself when
+    ``in_place`` (Paddle's default), so a loop body can count with it."""
+    helper = LayerHelper("increment")
+    out = x if in_place else helper.create_tmp(x.dtype, stop_gradient=True)
+    helper.append_op("increment", {"X": x}, {"Out": out}, {"step": float(value)})
+    return out
+
+
+# -- tensor arrays ---------------------------------------------------------------------------------
+def create_array(dtype, initialized_list: Sequence[Variable] | None = None) -> Variable:
+    """An empty tensor array (a ``LOD_TENSOR_ARRAY`` variable); ``initialized_list`` writes its
+    first elements."""
+    helper = LayerHelper("array")
+    array = helper.block.create_var(unique_name.generate("array.out"), (), dtypes.normalize(dtype), 0,
+                                    type=dtypes.LOD_TENSOR_ARRAY)
+    for i, item in enumerate(initialized_list or ()):
+        array_write(item, fill_constant([1], "int64", i), array)
+    return array
+
+
+def array_write(x: Variable, i: Variable, array: Variable | None = None) -> Variable:
+    """Write ``x`` at position ``i`` (an int64 Variable of one element) of ``array`` (a new array
+    when None); return the array."""
+    helper = LayerHelper("array_write")
+    if array is None:
+        array = create_array(x.dtype)
+    helper.append_op("write_to_array", {"X": x, "I": i}, {"Out": array})
+    return array
+
+
+def array_read(array: Variable, i: Variable) -> Variable:
+    """The element at position ``i`` of ``array``."""
+    helper = LayerHelper("array_read")
+    out = helper.create_tmp(array.dtype)
+    helper.append_op("read_from_array", {"X": array, "I": i}, {"Out": out})
+    return out
+
+
+def array_length(array: Variable) -> Variable:
+    """The number of elements of ``array``, an int64 Variable of shape [1]."""
+    helper = LayerHelper("array_length")
+    out = helper.create_tmp("int64", stop_gradient=True)
+    helper.append_op("lod_array_length", {"X": array}, {"Out": out})
+    return out

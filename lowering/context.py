@@ -25,12 +25,13 @@ class ComputeContext:
 
     ``ctx.input("X")`` is the array in slot X (None when the slot is empty), ``ctx.inputs("X")``
     the list for a duplicable slot, ``ctx.attr("axis")`` an attribute, ``ctx.rng()`` a PRNG key
-    for this op, ``ctx.out_dtype("Out")`` the dtype the program declares for an output.
+    for this op, ``ctx.out_dtype("Out")`` the dtype the program declares for an output, and
+    ``ctx.sub_block()`` the op's BLOCK attribute lowered into a function (control-flow ops).
     """
 
     def __init__(self, opdef, op, values: Mapping[str, Sequence[Any]], attrs: Mapping[str, Any],
                  rng: Callable[[], jax.Array] | None = None, out_names: Mapping[str, Sequence[str]] | None = None,
-                 lower_block: Callable | None = None) -> None:
+                 lower_block: Callable | None = None, env: Mapping[str, Any] | None = None) -> None:
         self.opdef = opdef
         self.op = op
         self._values = values
@@ -38,6 +39,9 @@ class ComputeContext:
         self._rng = rng
         self._out_names = op.outputs if out_names is None else out_names
         self.lower_block = lower_block
+        # The values of the enclosing block(s), by name: what a sub-block of this op may read
+        # (Paddle's scoping: a sub-block sees every variable of its ancestors).
+        self.env = env if env is not None else {}
 
     def input(self, slot: str):
         """The array in input ``slot`` (None when the slot is empty)."""
@@ -81,3 +85,18 @@ class ComputeContext:
         """The NumPy dtype the program declares for an output."""
         var = self.out_var(slot, index)
         return dtypes.to_numpy(var.dtype) if var is not None and var.dtype else None
+
+    def sub_block(self, attr: str = "sub_block", block=None):
+        """The sub-block named by BLOCK attribute ``attr`` (or ``block``: a Block or its index),
+        lowered into a pure function of the values it reads: a :class:`~fluidjax.lowering.lower.SubBlock`.
+
+        Its reads come from the values the caller passes, then from the enclosing environment
+        (``self.env``); it returns what it wrote. A malformed reference (a block out of range,
+        the op's own block or an ancestor of it) is a :class:`~fluidjax.ProgramFormatError`.
+        """
+        from .lower import SubBlock
+
+        if self.lower_block is not None:
+            return self.lower_block(self, attr if block is None else block)
+        ref = self.attr(attr) if block is None else block
+        return SubBlock(self.op, ref, self.env, self._rng)

@@ -10,14 +10,16 @@ the forward rule) and the shape rule derived by abstract evaluation for ops that
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, MutableMapping
+import collections
+import threading
+from typing import Any, Callable, Iterable, Mapping, MutableMapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..ir import dtypes, registry, shape
-from ..ir.errors import OpRuntimeError, ShapeError
+from ..ir.errors import OpRuntimeError, ProgramFormatError, ShapeError
 from ..ir.program import EMPTY_VAR_NAME
 from .checks import StepChecks
 from .lod_value import LoDValue
@@ -55,10 +57,10 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         values = _strip_lod(op, values)
     if checks is not None:                # on the padded rows of LoD ids (padding rows hold 0)
         checks.check_indices(op, values)
-    ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block)
+    ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block, env=env)
     try:
         outs = compute(ctx)
-    except (OpRuntimeError, ShapeError):
+    except (OpRuntimeError, ShapeError, ProgramFormatError):
         raise
     except Exception as exc:
         raise OpRuntimeError(f"op {op.type!r} created at {op.location} failed: "
@@ -166,7 +168,8 @@ def run_ops(ops: Iterable, env: MutableMapping[str, Any], rng_key: jax.Array | N
 
 # -- the generic gradient rule -------------------------------------------------------------------
 def _differentiable(value) -> bool:
-    return value is not None and jnp.issubdtype(jnp.result_type(value), jnp.inexact)
+    # Values without a dtype (a tensor array, a control-flow op's saved scope) are containers.
+    return value is not None and hasattr(value, "dtype") and jnp.issubdtype(jnp.result_type(value), jnp.inexact)
 
 
 def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
@@ -263,3 +266,127 @@ def derived_shape_rule(ictx: shape.InferShapeContext) -> None:
 
 
 shape.derived_rule = derived_shape_rule
+
+
+# -- sub-blocks ----------------------------------------------------------------------------------
+# A control-flow op (conditional_block, while) asks its context for its sub-block
+# (``ctx.sub_block()``) and gets a SubBlock: a pure function of the values the block reads, run
+# by the same run_ops, which the op's rule hands to lax.cond / lax.while_loop / lax.scan.
+_BLOCK_KINDS = frozenset({registry.ATTR_TYPES["block"], registry.ATTR_TYPES["blocks"]})
+_active = threading.local()     # the (program, block) pairs being lowered on this thread
+
+
+def _block_index(ref) -> Any:
+    return ref.idx if hasattr(ref, "ops") and hasattr(ref, "idx") else ref
+
+
+def block_refs(op) -> list[int]:
+    """The block indices ``op``'s BLOCK / BLOCKS attributes name (unchecked)."""
+    out = []
+    for name, value in op.attrs.items():
+        if op.attr_types.get(name) in _BLOCK_KINDS:
+            out.extend(_block_index(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    return out
+
+
+def resolve_sub_block(op, ref):
+    """The block ``ref`` (a Block or an index) that ``op`` runs as its sub-block, checked.
+
+    A reference out of range, or to the op's own block or one of its ancestors (running it
+    would run the op again, without end), is a :class:`ProgramFormatError` naming the op.
+    """
+    program = op.block.program
+    blocks = program.blocks
+    idx = _block_index(ref)
+    where = f"op {op.type!r} of block {op.block.idx} (created at {op.location})"
+    if isinstance(idx, bool) or not isinstance(idx, (int, np.integer)) or not 0 <= idx < len(blocks):
+        raise ProgramFormatError(f"{where}: its sub-block is {idx!r}, but the program has {len(blocks)} "
+                                 f"block(s) (a sub-block is 1..{len(blocks) - 1})")
+    block = blocks[int(idx)]
+    ancestor = op.block
+    for _ in range(len(blocks) + 1):     # Block.parent itself refuses a parent chain that loops
+        if ancestor is block:
+            raise ProgramFormatError(
+                f"{where}: its sub-block {block.idx} is the op's own block or an ancestor of it, so "
+                "running the sub-block would run the op again, without end")
+        ancestor = ancestor.parent
+        if ancestor is None:
+            return block
+    raise ProgramFormatError(f"the parents of block {op.block.idx} form a cycle")
+
+
+def block_io(block, _visiting: tuple = ()) -> tuple[list[str], list[str]]:
+    """(reads, writes) of a sub-block, nested sub-blocks included, in program order.
+
+    ``reads``: the names its ops read before any of its ops writes them (values from outside);
+    ``writes``: the names it writes that an enclosing block declares (what it can hand back).
+    A block that (through its ops' sub-blocks) contains itself is a :class:`ProgramFormatError`.
+    """
+    if block.idx in _visiting:
+        chain = " -> ".join(str(i) for i in _visiting + (block.idx,))
+        raise ProgramFormatError(f"block {block.idx} runs itself through its ops' sub-blocks: {chain}")
+    visiting = _visiting + (block.idx,)
+    defined: set[str] = set()
+    reads: list[str] = []
+    writes: list[str] = []
+    for op in block.ops:
+        names = list(op.input_arg_names)
+        for idx in block_refs(op):
+            if isinstance(idx, (int, np.integer)) and 0 <= idx < len(block.program.blocks):
+                inner_reads, _ = block_io(block.program.blocks[int(idx)], visiting)
+                names.extend(inner_reads)
+        for name in names:
+            if name not in defined and name not in reads:
+                reads.append(name)
+        for name in op.output_arg_names:
+            defined.add(name)
+            if name not in block.vars and name not in writes:
+                writes.append(name)
+    return reads, writes
+
+
+class SubBlock:
+    """A sub-block as a pure function: ``sub(values, key) -> {name: value it wrote}``.
+
+    ``values`` (name -> value) are what the caller passes explicitly (the values it
+    differentiates or carries through a loop); any other name the block reads comes from the
+    enclosing environment, as Paddle's scoping has it. The block's ops run in order with
+    :func:`run_ops` (so nested control flow works the same way); their results stay local,
+    and the caller picks from the returned dict what the owning op writes back. Run-time checks
+    (index, NaN/Inf) are not collected inside sub-blocks: their values live in an inner trace.
+
+    ``reads`` / ``writes``: see :func:`block_io`.
+    """
+
+    def __init__(self, op, ref, env: Mapping[str, Any] | None = None,
+                 rng: Callable[[], jax.Array] | None = None) -> None:
+        self.op = op
+        self.block = resolve_sub_block(op, ref)
+        if self.block.forward_block_idx not in (-1, None) and op.type.endswith("_grad"):
+            # Paddle's grad ops name their grad block, whose forward_block_idx is the forward
+            # block: fluidjax differentiates the forward block instead (docs/control_flow.md).
+            self.block = op.block.program.block(self.block.forward_block_idx)
+        self.reads, self.writes = block_io(self.block)
+        self._env = env if env is not None else {}
+        self._rng = rng
+
+    def base_key(self) -> jax.Array | None:
+        """The owning op's key (None outside a seeded run): fold an iteration into it for loops."""
+        return self._rng() if self._rng is not None else None
+
+    def __call__(self, values: Mapping[str, Any] | None = None, key: jax.Array | None = None) -> dict[str, Any]:
+        marker = (self.block.program._uid, self.block.idx)
+        active = getattr(_active, "blocks", None)
+        if active is None:
+            active = _active.blocks = set()
+        if marker in active:
+            raise ProgramFormatError(f"block {self.block.idx} is run by an op inside itself (op "
+                                     f"{self.op.type!r} at {self.op.location})")
+        local: dict[str, Any] = {}
+        env = collections.ChainMap(local, dict(values or {}), self._env)
+        active.add(marker)
+        try:
+            run_ops(self.block.ops, env, key)
+        finally:
+            active.discard(marker)
+        return local

@@ -1,1 +1,515 @@
-"""Op definitions (being filled in; see the module's issue)."""
+"""Control flow: ``conditional_block``, ``select_input`` / ``select_output``, ``while``, their
+gradients, ``increment``, ``is_empty`` and tensor arrays without LoD.
+
+A control-flow op asks its context for its sub-block (``ctx.sub_block()``): a pure function of
+the values it reads (see ``lowering/lower.py``, ``SubBlock``). ``conditional_block`` becomes
+``lax.cond``, ``while`` becomes ``lax.while_loop``. Their gradient ops do not run Paddle's grad
+sub-blocks: they re-lower the *forward* sub-block and take ``jax.vjp`` of the whole forward op
+(``while_grad`` through a bounded ``lax.scan`` when the loop carries ``max_iterations``, else by
+recomputation). The reasoning and the costs are in ``docs/control_flow.md``.
+
+The ``Scope`` / ``StepScopes`` output of the forward op (Paddle's scopes, kept for its backward)
+holds here what the gradient op needs from the forward run: the op's input values as they were
+before it ran (``while`` overwrites its loop variables in place) and its random key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ...ir import dtypes
+from ...ir.errors import OpRuntimeError, ShapeError
+from ...ir.program import EMPTY_VAR_NAME
+from ...ir.registry import Attr, op
+from ...ir.shape import InferShapeContext, grad_rule
+from ..checks import IndexInput, index_inputs
+
+_tree_map = jax.tree_util.tree_map
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _keep_declared(ctx: InferShapeContext) -> None:
+    """The outputs keep the shapes the sub-block's own ops gave them when they were appended."""
+
+
+def _where(op) -> str:
+    return f"op {op.type!r} at {op.location}"
+
+
+def _truth(value, op, what: str):
+    """A one-element condition as a bool scalar."""
+    v = jnp.asarray(value)
+    if v.size != 1:
+        raise OpRuntimeError(f"{_where(op)}: {what} must hold exactly one value (shape [1] or []), "
+                             f"got shape {tuple(v.shape)}")
+    return v.reshape(()).astype(bool)
+
+
+def _floating(value) -> bool:
+    return (value is not None and hasattr(value, "dtype") and hasattr(value, "shape")
+            and jnp.issubdtype(value.dtype, jnp.inexact))
+
+
+def _given(names, values) -> dict[str, Any]:
+    return {n: v for n, v in zip(names, values) if n != EMPTY_VAR_NAME and v is not None}
+
+
+def _strong(value):
+    """``value`` without JAX's weak type (branches and loop carries must agree on types exactly)."""
+    return _tree_map(lambda v: lax.convert_element_type(v, v.dtype) if hasattr(v, "dtype") else v, value)
+
+
+def _zeros(struct):
+    return _tree_map(lambda s: jnp.zeros(s.shape, s.dtype), struct)
+
+
+def _same_structure(a, b) -> bool:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    return ta == tb and all(getattr(x, "shape", None) == getattr(y, "shape", None)
+                            and getattr(x, "dtype", None) == getattr(y, "dtype", None) for x, y in zip(la, lb))
+
+
+def _cotangents(op, ctx, out_names: list[str]) -> list:
+    """The ``Out@GRAD`` value of each forward output (None where none is given).
+
+    Paddle's ``while_grad`` lists only the gradients that exist, with ``original_output_grad``
+    naming them; otherwise the slot is aligned with ``Out`` by position (or by name).
+    """
+    grad_names = op.input("Out@GRAD")
+    grad_values = ctx.inputs("Out@GRAD")
+    by_name = {n: v for n, v in zip(grad_names, grad_values) if n != EMPTY_VAR_NAME}
+    original = op.attrs.get("original_output_grad")
+    if original and len(original) == len(grad_names):
+        by_original = {o: v for o, v in zip(original, grad_values)}
+        return [by_original.get(n + "@GRAD") for n in out_names]
+    if len(grad_names) == len(out_names):
+        return [None if g == EMPTY_VAR_NAME else v for g, v in zip(grad_names, grad_values)]
+    return [by_name.get(n + "@GRAD") for n in out_names]
+
+
+def _scope(given: dict, key) -> dict:
+    """What a forward control-flow op keeps for its gradient op (its Scope / StepScopes output)."""
+    return {"inputs": dict(given), "key": key}
+
+
+def _restore(ctx, given: dict, slot: str):
+    """The forward op's inputs as they were before it ran, and its key, from its saved scope."""
+    scope = ctx.input(slot)
+    if isinstance(scope, dict):
+        return {**given, **scope.get("inputs", {})}, scope.get("key")
+    return given, None
+
+
+# -- conditional_block -----------------------------------------------------------------------------
+def _branch(ctx, sub, out_names: list[str], key):
+    """(run, skip): the sub-block's outputs, and what the outputs are when it does not run
+    (their values from before, where they have one of the same type, else zeros)."""
+    shapes: list = []
+
+    def run(values):
+        written = sub(values, key)
+        outs = []
+        for n in out_names:
+            if n in written:
+                outs.append(_strong(written[n]))
+            elif n in values or n in ctx.env:
+                outs.append(_strong(values.get(n, ctx.env.get(n))))
+            else:
+                raise OpRuntimeError(f"{_where(ctx.op)}: output {n!r} is neither written by sub-block "
+                                     f"{sub.block.idx} nor has a value before the op")
+        shapes[:] = [jax.eval_shape(lambda v=v: v) for v in outs]
+        return outs
+
+    def skip(values):
+        structs = shapes or jax.eval_shape(run, values)
+        outs = []
+        for n, struct in zip(out_names, structs):
+            before = values.get(n, ctx.env.get(n))
+            outs.append(_strong(before) if before is not None and _same_structure(before, struct)
+                        else _zeros(struct))
+        return outs
+
+    return run, skip
+
+
+def _condition(ctx):
+    """The op's condition: a traced bool, or a Python bool when it is static (non-scalar form)."""
+    conds = ctx.inputs("Cond")
+    if ctx.attr("is_scalar_condition"):
+        if not conds:
+            raise OpRuntimeError(f"{_where(ctx.op)}: is_scalar_condition needs a Cond input")
+        return _truth(conds[0], ctx.op, "Cond")
+    # Paddle: the block runs when every Cond tensor is non-empty; shapes are static under XLA.
+    return all(int(np.prod(c.shape)) != 0 for c in conds if c is not None)
+
+
+@op("conditional_block", inputs="Cond*? Input*?", outputs="Out*? Scope?",
+    attrs={"sub_block": Attr("block", 0), "is_scalar_condition": False},
+    infer_shape=_keep_declared, grad="custom")
+def conditional_block(ctx):
+    """Run sub-block ``sub_block`` when ``Cond`` holds (``lax.cond``); ``Out`` are the variables of
+    enclosing blocks it writes. Not run, they keep their values from before (zeros if none)."""
+    sub = ctx.sub_block()
+    given = _given(ctx.op.input("Input"), ctx.inputs("Input"))
+    out_names = [n for n in ctx.op.output("Out") if n != EMPTY_VAR_NAME]
+    key = sub.base_key()
+    pred = _condition(ctx)
+    run, skip = _branch(ctx, sub, out_names, key)
+    if isinstance(pred, bool):
+        outs = run(given) if pred else skip(given)
+    else:
+        outs = lax.cond(pred, run, skip, given)
+    result = dict(zip(out_names, outs))
+    return {"Out": [result.get(n) for n in ctx.op.output("Out")], "Scope": _scope(given, key)}
+
+
+@op("conditional_block_grad", inputs="Cond* Input* Out* Out@GRAD* Scope?", outputs="Input@GRAD*",
+    attrs={"sub_block": Attr("block", 0), "is_scalar_condition": False}, infer_shape=grad_rule, grad=None)
+def conditional_block_grad(ctx):
+    """The gradient of ``conditional_block``: ``jax.vjp`` of its forward sub-block where the
+    condition held, zeros where it did not. ``sub_block`` may name the forward block (fluidjax's
+    backward) or Paddle's grad block (whose ``forward_block_idx`` is then used)."""
+    op = ctx.op
+    sub = ctx.sub_block()
+    names = op.input("Input")
+    given, key = _restore(ctx, _given(names, ctx.inputs("Input")), "Scope")
+    grad_names = op.output("Input@GRAD")
+    wanted = [n for i, n in enumerate(names) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME
+              and _floating(given.get(n))]
+    wanted = list(dict.fromkeys(wanted))
+    out_names = op.input("Out")
+    cts = _cotangents(op, ctx, out_names)
+    used = [(n, ct) for n, ct in zip(out_names, cts) if ct is not None and n != EMPTY_VAR_NAME]
+    if not wanted:
+        return {}
+
+    def forward(diff):
+        written = sub({**given, **dict(zip(wanted, diff))}, key)
+        return [written[n] if n in written else jnp.zeros_like(ct) for n, ct in used]
+
+    primals = [given[n] for n in wanted]
+
+    def taken(args):
+        diff, cotangents = args
+        outs, vjp = jax.vjp(forward, diff)
+        cotangents = [jnp.asarray(c, o.dtype).reshape(o.shape) for c, o in zip(cotangents, outs)]
+        return _strong(vjp(cotangents)[0])
+
+    def not_taken(args):
+        return [jnp.zeros_like(p) for p in args[0]]
+
+    pred = _condition(ctx)
+    args = (primals, [ct for _, ct in used])
+    if isinstance(pred, bool):
+        grads = taken(args) if pred else not_taken(args)
+    else:
+        grads = lax.cond(pred, taken, not_taken, args)
+    by_name = dict(zip(wanted, grads))
+    return {"Input@GRAD": [by_name.get(n) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME else None
+                           for i, n in enumerate(names)]}
+
+
+# -- select_input / select_output ------------------------------------------------------------------
+def _mask(ctx, count: int):
+    m = jnp.asarray(ctx.input("Mask"))
+    if m.size != 1:
+        raise OpRuntimeError(f"{_where(ctx.op)}: Mask must hold one integer, got shape {tuple(m.shape)}")
+    return jnp.clip(m.reshape(()).astype(jnp.int32), 0, count - 1)
+
+
+def _select_input_shape(ctx: InferShapeContext) -> None:
+    xs = [x for x in ctx.inputs("X") if x is not None]
+    ctx.check(bool(xs), "select_input needs at least one input")
+    first = xs[0]
+    shape = list(first.shape)
+    for x in xs[1:]:
+        if len(x.shape) != len(shape):
+            shape = list(xs[-1].shape)
+            break
+        shape = [a if a == b else -1 for a, b in zip(shape, x.shape)]
+    ctx.set_output("Out", shape, xs[-1].dtype, xs[-1].lod_level)
+
+
+def _select_input_grad(op, out_grads, in_grads):
+    return [("select_output", {"X": out_grads["Out"], "Mask": op.input("Mask")},
+             {"Out": in_grads["X"]}, {})]
+
+
+def _select_output_grad(op, out_grads, in_grads):
+    return [("select_input", {"X": out_grads["Out"], "Mask": op.input("Mask")},
+             {"Out": in_grads["X"]}, {})]
+
+
+@op("select_input", inputs="X* Mask", outputs="Out", infer_shape=_select_input_shape,
+    no_grad_inputs=["Mask"], grad_maker=_select_input_grad)
+def select_input(ctx):
+    """Out = X[Mask] (the branch a ``cond`` took). XLA needs one shape: the inputs must agree."""
+    xs = ctx.inputs("X")
+    present = [x for x in xs if x is not None]
+    if not present:
+        raise OpRuntimeError(f"{_where(ctx.op)}: no input has a value")
+    xs = [x if x is not None else _zeros(jax.eval_shape(lambda: present[0])) for x in xs]
+    first = jax.eval_shape(lambda: xs[0])
+    for i, x in enumerate(xs[1:], 1):
+        if not _same_structure(jax.eval_shape(lambda x=x: x), first):
+            shapes = [getattr(v, "shape", type(v).__name__) for v in xs]
+            raise OpRuntimeError(
+                f"{_where(ctx.op)}: its inputs have different shapes or dtypes {shapes}; under XLA both "
+                "branches of a cond must produce the same shape and dtype")
+    if len(xs) == 1:
+        return {"Out": xs[0]}
+    which = _mask(ctx, len(xs))
+    return {"Out": _tree_map(lambda *leaves: lax.select_n(which, *leaves), *xs)}
+
+
+def _select_output_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    for i, _ in enumerate(ctx.op.outputs.get("Out", [])):
+        ctx.set_output("Out", x.shape, x.dtype, x.lod_level, index=i)
+
+
+@op("select_output", inputs="X Mask", outputs="Out*", infer_shape=_select_output_shape,
+    no_grad_inputs=["Mask"], grad_maker=_select_output_grad)
+def select_output(ctx):
+    """Out[Mask] = X. The other outputs (which Paddle leaves unwritten) are zeros here: they are
+    the gradients of the branch not taken."""
+    x = ctx.input("X")
+    n = len(ctx.op.output("Out"))
+    which = _mask(ctx, n)
+    return {"Out": [_tree_map(lambda v, i=i: jnp.where(which == i, v, jnp.zeros_like(v)), x) for i in range(n)]}
+
+
+@index_inputs("select_input")
+def _(attr, shape):
+    return []      # Mask is clamped into range (its count is the number of X inputs, not a shape)
+
+
+# -- while -----------------------------------------------------------------------------------------
+class _Loop:
+    """A ``while`` op's loop: which names it carries, their values before it, the rest it reads."""
+
+    def __init__(self, ctx, fwd_op, sub, given: dict, key) -> None:
+        self.op, self.sub, self.key, self.ctx = fwd_op, sub, key, ctx
+        conds = [n for n in fwd_op.input("Condition") if n != EMPTY_VAR_NAME]
+        if len(conds) != 1:
+            raise OpRuntimeError(f"{_where(fwd_op)}: needs exactly one Condition, got {conds}")
+        self.cond_name = conds[0]
+        outs = [n for n in fwd_op.output("Out") if n != EMPTY_VAR_NAME]
+        self.carried = list(dict.fromkeys(outs + [self.cond_name]))
+        init, missing = {}, []
+        for n in self.carried:
+            v = given.get(n, ctx.env.get(n))
+            if v is None:
+                missing.append(n)
+            else:
+                init[n] = _strong(v)
+        self.consts = {n: v for n, v in given.items() if n not in self.carried}
+        if missing:
+            # Variables the body writes for the first time: zeros of the type one iteration gives.
+            written = jax.eval_shape(lambda c: self.sub({**self.consts, **c}, self._key(0)), init)
+            for n in missing:
+                if n not in written:
+                    raise OpRuntimeError(f"{_where(fwd_op)}: output {n!r} has no value before the loop and "
+                                         f"its body (block {sub.block.idx}) does not write it")
+                init[n] = _zeros(written[n])
+        self.init = init
+        self._check_types()
+
+    def _key(self, i):
+        return None if self.key is None else jax.random.fold_in(self.key, i)
+
+    def _check_types(self) -> None:
+        after = jax.eval_shape(lambda c: self.sub({**self.consts, **c}, self._key(0)), self.init)
+        for n in self.carried:
+            if n not in after:
+                continue
+            a, b = jax.eval_shape(lambda: self.init[n]), after[n]
+            la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+            if len(la) != len(lb) or any(x.shape != y.shape for x, y in zip(la, lb)):
+                raise ShapeError(
+                    f"{_where(self.op)}: loop variable {n!r} changes shape across iterations "
+                    f"({[x.shape for x in la]} before, {[y.shape for y in lb]} after one): an XLA loop "
+                    "carries one shape; give it the same shape in every iteration")
+            if any(x.dtype != y.dtype for x, y in zip(la, lb)):
+                raise ShapeError(
+                    f"{_where(self.op)}: loop variable {n!r} changes dtype across iterations "
+                    f"({[str(x.dtype) for x in la]} before, {[str(y.dtype) for y in lb]} after one)")
+
+    def step(self, carry: dict, consts: dict, i) -> dict:
+        """One iteration: the body run on ``carry`` (and ``consts``); the new carry."""
+        written = self.sub({**consts, **carry}, self._key(i))
+        return {n: _strong(written[n]) if n in written else carry[n] for n in self.carried}
+
+    def running(self, carry: dict):
+        return _truth(carry[self.cond_name], self.op, "Condition")
+
+    def run(self, carry: dict, consts: dict):
+        """The loop to its end (``lax.while_loop``): (final carry, trip count)."""
+        def cond(state):
+            return self.running(state[0])
+
+        def body(state):
+            c, i = state
+            return self.step(c, consts, i), i + 1
+
+        return lax.while_loop(cond, body, (carry, jnp.zeros((), jnp.int32)))
+
+
+def _forward_while(ctx, sub_block):
+    """The ``while`` op whose sub-block is ``sub_block`` (the op a ``while_grad`` differentiates)."""
+    block = ctx.op.block
+    for _ in range(len(block.program.blocks)):
+        for candidate in block.ops:
+            if candidate.type == "while" and _block_idx(candidate.attrs.get("sub_block")) == sub_block.idx:
+                return candidate
+        block = block.parent
+        if block is None:
+            break
+    raise OpRuntimeError(f"{_where(ctx.op)}: no 'while' op runs block {sub_block.idx}, the block it "
+                         "differentiates")
+
+
+def _block_idx(ref):
+    return getattr(ref, "idx", ref)
+
+
+@op("while", inputs="X*? Condition*", outputs="Out*? StepScopes?",
+    attrs={"sub_block": Attr("block", 0), "is_test": False}, infer_shape=_keep_declared, grad="custom")
+def while_(ctx):
+    """Run sub-block ``sub_block`` while ``Condition`` holds (``lax.while_loop``). ``Out`` are the
+    loop variables (written by the body; ``Condition`` among them); a loop variable keeps one
+    shape and dtype across iterations. An undeclared int attribute ``max_iterations`` (set by
+    ``layer.while_loop(..., max_iterations=N)``) bounds the loop for its gradient."""
+    sub = ctx.sub_block()
+    given = _given(ctx.op.input("X"), ctx.inputs("X"))
+    given.update(_given(ctx.op.input("Condition"), ctx.inputs("Condition")))
+    key = sub.base_key()
+    loop = _Loop(ctx, ctx.op, sub, given, key)
+    final, _ = loop.run(loop.init, loop.consts)
+    return {"Out": [final.get(n) for n in ctx.op.output("Out")], "StepScopes": _scope(given, key)}
+
+
+def _bound(fwd_op) -> int | None:
+    bound = fwd_op.attrs.get("max_iterations")
+    if bound is None or isinstance(bound, bool):
+        return None
+    bound = int(bound)
+    return bound if bound > 0 else None
+
+
+@op("while_grad", inputs="X* Out* Out@GRAD* StepScopes?", outputs="X@GRAD*",
+    attrs={"sub_block": Attr("block", 0), "is_test": False, "original_output_grad": Attr("strings", [])},
+    infer_shape=grad_rule, grad=None)
+def while_grad(ctx):
+    """The gradient of ``while``: the vjp of the whole loop, through a bounded ``lax.scan`` when the
+    forward op has ``max_iterations`` (a loop still running at the bound gives NaN gradients), else
+    by running the iterations backwards, recomputing each one's input from the start (exact, no
+    memory per iteration, quadratic time in the trip count). See docs/control_flow.md."""
+    sub = ctx.sub_block()
+    fwd_op = _forward_while(ctx, sub.block)
+    names = ctx.op.input("X")
+    given, key = _restore(ctx, _given(names, ctx.inputs("X")), "StepScopes")
+    if not isinstance(ctx.input("StepScopes"), dict):
+        raise OpRuntimeError(f"{_where(ctx.op)}: needs StepScopes, the forward loop's saved inputs (its "
+                             "loop variables are overwritten by the loop)")
+    loop = _Loop(ctx, fwd_op, sub, given, key)
+    grad_names = ctx.op.output("X@GRAD")
+    wanted = list(dict.fromkeys(n for i, n in enumerate(names) if i < len(grad_names)
+                                and grad_names[i] != EMPTY_VAR_NAME and _floating(given.get(n))))
+    if not wanted:
+        return {}
+    diff_carry = [n for n in loop.carried if _floating(loop.init[n])]
+    diff_const = [n for n in wanted if n not in loop.carried]
+    out_names = ctx.op.input("Out")
+    cts = dict(zip(out_names, _cotangents(ctx.op, ctx, out_names)))
+    ct_final = {n: (jnp.asarray(cts[n], loop.init[n].dtype).reshape(loop.init[n].shape)
+                    if cts.get(n) is not None else jnp.zeros_like(loop.init[n])) for n in diff_carry}
+    bound = _bound(fwd_op)
+    if bound is not None:
+        d_carry, d_const = _grad_bounded(loop, diff_carry, diff_const, ct_final, bound)
+    else:
+        d_carry, d_const = _grad_recompute(loop, diff_carry, diff_const, ct_final)
+    grads = {**d_const, **{n: d_carry[n] for n in diff_carry}}
+    return {"X@GRAD": [grads.get(n) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME and n in wanted
+                       else None for i, n in enumerate(names)]}
+
+
+def _grad_bounded(loop: _Loop, diff_carry, diff_const, ct_final, bound: int):
+    """vjp through ``bound`` masked iterations of ``lax.scan``: memory for ``bound`` iterations."""
+    def forward(dc, dk):
+        consts = {**loop.consts, **dk}
+
+        def scan_step(state, _):
+            c, i = state
+            go = loop.running(c)
+            c = lax.cond(go, lambda c: loop.step(c, consts, i), lambda c: c, c)
+            return (c, i + go.astype(jnp.int32)), None
+
+        (final, _), _ = lax.scan(scan_step, ({**loop.init, **dc}, jnp.zeros((), jnp.int32)), None,
+                                 length=bound)
+        return {n: final[n] for n in diff_carry}, loop.running(final)
+
+    _, vjp, unfinished = jax.vjp(forward, {n: loop.init[n] for n in diff_carry},
+                                 {n: loop.consts[n] for n in diff_const}, has_aux=True)
+    d_carry, d_const = vjp(ct_final)
+    # A loop that had not finished within the bound: its gradient is unknown, and says so.
+    poison = lambda g: jnp.where(unfinished, jnp.full_like(g, jnp.nan), g)  # noqa: E731
+    return _tree_map(poison, d_carry), _tree_map(poison, d_const)
+
+
+def _grad_recompute(loop: _Loop, diff_carry, diff_const, ct_final):
+    """Iterations backwards, each one's input recomputed from the loop's start: O(1) memory,
+    T(T+1)/2 body evaluations for T iterations, exact for any trip count."""
+    consts = loop.consts
+    _, trips = loop.run(loop.init, consts)
+
+    def carry_at(k):
+        return lax.fori_loop(0, k, lambda i, c: loop.step(c, consts, i), loop.init)
+
+    def back(j, acc):
+        ct_c, ct_k = acc
+        k = trips - 1 - j
+        c_k = carry_at(k)
+
+        def one(dc, dk):
+            new = loop.step({**c_k, **dc}, {**consts, **dk}, k)
+            return {n: new[n] for n in diff_carry}
+
+        _, vjp = jax.vjp(one, {n: c_k[n] for n in diff_carry}, {n: consts[n] for n in diff_const})
+        d_c, d_k = vjp(ct_c)
+        return _strong(d_c), _tree_map(jnp.add, ct_k, _strong(d_k))
+
+    zeros = {n: jnp.zeros_like(consts[n]) for n in diff_const}
+    return lax.fori_loop(0, trips, back, (ct_final, zeros))
+
+
+# -- increment, is_empty ---------------------------------------------------------------------------
+def _increment_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("increment", inputs="X", outputs="Out", attrs={"step": 1.0}, infer_shape=_increment_shape, grad=None)
+def increment(ctx):
+    """Out = X + step, X of one element (a loop counter), in X's dtype."""
+    x = ctx.input("X")
+    if int(np.prod(x.shape)) != 1:
+        raise OpRuntimeError(f"{_where(ctx.op)}: X must have exactly one element, got shape {tuple(x.shape)}")
+    return {"Out": x + jnp.asarray(ctx.attr("step")).astype(x.dtype)}
+
+
+def _is_empty_shape(ctx: InferShapeContext) -> None:
+    ctx.set_output("Out", (), "bool", 0)
+
+
+@op("is_empty", inputs="X", outputs="Out", infer_shape=_is_empty_shape, grad=None)
+def is_empty(ctx):
+    """Whether X has no elements (a bool scalar; static under XLA)."""
+    x = ctx.input("X")
+    return {"Out": jnp.asarray(int(np.prod(x.shape)) == 0)}
