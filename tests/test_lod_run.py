@@ -268,3 +268,33 @@ def test_sequence_layers_build_their_lod_levels():
         assert layer.row_conv(x, 2).lod_level == 1
         with pytest.raises(ValueError, match="activation"):
             layer.sequence_conv(x, 3, act="relu", activation="tanh")
+
+
+def test_sizes_that_are_data_give_clear_errors():
+    """A mask width that is data cannot shape a compiled step: a clear error says to give maxlen;
+    learned padding rows are refused when the op is built."""
+    from fluidjax.ir.errors import OpRuntimeError, ShapeError
+
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        lengths = layer.data("lengths", dims=1, dtype="int64")
+        mask = layer.sequence_mask(layer.reshape(lengths, [-1]))
+    with pytest.raises(OpRuntimeError, match="maxlen"):
+        fj.Executor().run(main, feed={"lengths": np.array([[2], [3]], np.int64)}, fetch_list=[mask], scope=fj.Scope())
+    with fj.program_guard(fj.Program(), fj.Program()):
+        x = layer.data("x", dims=2, lod_level=1)
+        w = layer.data("w", dims=2)
+        out = layer.data("out", dims=2)
+        block = fj.default_main_program().global_block()
+        with pytest.raises(ShapeError, match="paddingTrainable"):
+            block.append_op("sequence_conv", {"X": x, "Filter": w}, {"Out": out},
+                            {"contextLength": 1, "contextStart": 0, "paddingTrainable": True})
+
+
+def test_sequence_mask_with_its_width_known_matches_numpy():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        lengths = layer.data("lengths", shape=[], dtype="int64")
+        mask = layer.sequence_mask(lengths, maxlen=5, dtype="float32")
+    got, = fj.Executor().run(main, feed={"lengths": np.array([2, 0, 5], np.int64)}, fetch_list=[mask], scope=fj.Scope())
+    np.testing.assert_array_equal(got, (np.arange(5)[None, :] < np.array([2, 0, 5])[:, None]).astype(np.float32))
