@@ -1,4 +1,4 @@
-"""``python -m fluidjax demo``: run the demo (see ``fluidjax/demo.py``)."""
+"""``fluidjax COMMAND`` / ``python -m fluidjax COMMAND``: the command line (see ``fluidjax/cli.py``)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,10 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run the demo; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] != "demo":
-        print("usage: python -m fluidjax demo [--steps N] [--batch N] [--quiet]")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    from . import demo
+    """Run the command line; returns the exit status."""
+    from .cli import main as cli_main
 
-    return demo.main(argv[1:])
+    return cli_main(argv)
 
 
 if __name__ == "__main__":
