@@ -16,7 +16,8 @@ from .ir import (FeedError, FluidJaxError, IndexOutOfRangeError, NumericCheckErr
                  UnregisteredOpError, VariableNotFoundError, append_backward, OpRuntimeError, Parameter, Program, ShapeError, SymbolicValueError,
                  UninitializedVariableError, default_main_program, default_startup_program, infer_shapes,
                  unique_name)
-from .lowering import CPUPlace, CUDAPlace, Executor, LoDTensor, Scope, TPUPlace, global_scope
+from .lowering import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPlace, Executor, LoDTensor, Scope,
+                       TPUPlace, global_scope)
 from .lowering.flags import get_flags, set_flags
 from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
@@ -33,7 +34,7 @@ _install_notebook_tracebacks()  # in Jupyter, fluidjax errors show the user's ce
 __version__ = "0.1.0"
 
 __all__ = [
-    "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
+    "BuildStrategy", "CompiledProgram", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
     "UnregisteredOpError", "VariableNotFoundError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",

@@ -13,8 +13,9 @@ from . import compile_cache  # noqa: E402,F401  (the persistent compilation cach
 from . import ops  # noqa: E402,F401  (registers every op)
 from .executor import Executor  # noqa: E402
 from .lod_tensor import LoDTensor  # noqa: E402
+from .parallel import BuildStrategy, CompiledProgram  # noqa: E402
 from .places import CPUPlace, CUDAPlace, Place, TPUPlace  # noqa: E402
 from .scope import Scope, ScopeVariable, global_scope  # noqa: E402
 
-__all__ = ["CPUPlace", "CUDAPlace", "Executor", "LoDTensor", "Place", "Scope", "ScopeVariable", "TPUPlace",
+__all__ = ["BuildStrategy", "CompiledProgram", "CPUPlace", "CUDAPlace", "Executor", "LoDTensor", "Place", "Scope", "ScopeVariable", "TPUPlace",
            "global_scope"]

@@ -34,6 +34,7 @@ from .feeds import check_feed, check_lod_feed
 from .lod_value import LoDValue, to_host
 from .lod_tensor import LoDTensor
 from .lower import run_ops
+from .parallel import CompiledProgram
 from .places import Place
 from .scope import Scope, global_scope
 from .signals import deferred_signals
@@ -101,6 +102,7 @@ class _Plan:
     empty_undefined: str | None = None     # an op type that cannot take an empty batch
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
     on_host: bool = False                  # a startup program run with NumPy (see host_init.py)
+    place_state: Any = None                # puts state where a sharded step wants it (parallel.py)
 
 
 class Executor:
@@ -280,6 +282,7 @@ class Executor:
             raise TypeError(f"Executor.run expects a fluidjax Program, got {type(program).__name__}") from None
         if plan is None:
             plan = self._slow_plan(program, feed, fetch_names)
+        program = plan.program                    # a CompiledProgram's own program
         feeds = self._check_feeds(plan, feed)
         for hook in program.run_hooks:
             hook(scope)
@@ -292,7 +295,7 @@ class Executor:
             # A value set from NumPy (or missing): put it on the device once, in the scope too, so
             # the step keeps one signature (NumPy and device arguments would compile it twice).
             binding = self._bind(plan, scope, refresh=True)   # raises for a variable without a value
-            self._to_device(binding[1] + binding[2])
+            (plan.place_state or self._to_device)(binding[1] + binding[2])
             mutable = tuple([t._value for t in binding[1]])
             const = tuple([t._value for t in binding[2]])
             plan.committed_scope = weakref.ref(scope)
@@ -304,7 +307,7 @@ class Executor:
 
     def _slow_plan(self, program, feed: dict, fetch_names: tuple) -> _Plan:
         """The plan of a call not seen before, after checking the arguments' types."""
-        if not isinstance(program, Program):
+        if not isinstance(program, (Program, CompiledProgram)):
             raise TypeError(f"Executor.run expects a fluidjax Program, got {type(program).__name__}")
         for name in feed:
             if not isinstance(name, str):
@@ -333,8 +336,12 @@ class Executor:
     def _new_plan(self, key, program: Program, feed_names, fetch_names) -> _Plan:
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._make_plan(program, feed_names, fetch_names)
-            plan.step = self._compile(plan)
+            if program.__class__ is CompiledProgram:
+                plan = self._make_plan(program.program, feed_names, fetch_names)
+                plan.step = program._compile_step(self, plan)
+            else:
+                plan = self._make_plan(program, feed_names, fetch_names)
+                plan.step = self._compile(plan)
             # A program changed since its older plans were made: they can never run again, so
             # free their compiled code (a notebook that builds and runs in turns would pile them up).
             for old in [k for k in self._plans if k[0] == program._uid and k[1] != program._version]:
@@ -449,7 +456,9 @@ class Executor:
                 checked.append((id(op), spec.slot, spec.component))
         return host, checked, in_step
 
-    def _compile(self, plan: _Plan):
+    def _compile(self, plan: _Plan, sharded=None):
+        """The jitted step of ``plan``; ``sharded`` (a parallel.ShardedStep) gives its value table
+        and its ``jax.jit`` with shardings."""
         ops, fetch_names, written = plan.ops, plan.fetch_names, plan.written_state
         names = plan.const_state + plan.mutable_state + plan.feed_names
         n_mutable = len(plan.mutable_state)
@@ -460,7 +469,8 @@ class Executor:
         # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
         def step(mutable, const, feeds, seed):
             self.trace_count += 1
-            env: dict[str, Any] = dict(zip(names, const + mutable + feeds))
+            items = zip(names, const + mutable + feeds)
+            env: dict[str, Any] = dict(items) if sharded is None else sharded.env(items)
             op_keys = None
             if seed is not None:
                 # Initializers of a seeded program draw the same numbers on every run (Paddle's
@@ -489,7 +499,7 @@ class Executor:
                               for name, value in zip(written, new_state))
             return new_state, fetches, oks, values
 
-        return jax.jit(step, donate_argnums=(0,))
+        return jax.jit(step, donate_argnums=(0,)) if sharded is None else sharded.jit(step)
 
     # -- feeds and state -----------------------------------------------------------------------
     def _check_feeds(self, plan: _Plan, feed: Mapping[str, Any]) -> tuple:

@@ -1,0 +1,410 @@
+"""Data-parallel and sharded runs: one program, one jitted SPMD step over a mesh of devices.
+
+``fj.CompiledProgram(program).with_data_parallel()`` runs the program's block exactly as the
+single-device Executor does (same plan, same ops, same transaction), but the ``jax.jit`` of the
+step gets *shardings*: every fed batch is split along its first (``-1``) dimension over the
+devices of a one-axis :class:`jax.sharding.Mesh`, and the state is placed as the
+:class:`BuildStrategy` says. XLA's SPMD partitioner then inserts the collectives (an all-reduce
+or reduce-scatter of the gradients, all-gathers of sharded parameters). Nothing is rewritten in
+the program: the math is the whole batch's, so a mean loss is the global mean and the numbers are
+those of one device running the whole batch.
+
+Which state gets which sharding (``sharding=``):
+
+- ``"none"``: every persistable variable replicated on every device (plain data parallel).
+- ``"optimizer"`` (ZeRO-1): the optimizer accumulators (an optimizer op's inputs, other than
+  ``Param``/``Grad``/``LearningRate``, with the parameter's shape: Adam's moments, Momentum's
+  velocity, master weights) split over the devices; parameters replicated.
+- ``"full"`` (FSDP / ZeRO-3): parameters and accumulators split, and each parameter's gradient
+  constrained to its parameter's split, so XLA reduce-scatters gradients and all-gathers
+  parameters where the forward needs them.
+
+A tensor is split along its first dimension that the device count divides; a tensor with none
+(a bias of 10, a ``[1]`` learning rate or ``Beta1Pow``) stays replicated. Everything that is not
+a parameter or an accumulator (batch-norm statistics, learning rate, counters) is replicated.
+
+Batch norm: statistics are always those of the global batch (``sync_batch_norm=True``, the
+default here; Paddle defaults to per-device statistics). Per-device statistics would make the
+numbers depend on the device count, and the contract of a data-parallel run is equality with one
+device; ``sync_batch_norm=False`` is refused with a clear error rather than silently ignored.
+
+Batches: a fed batch must divide by the number of devices (by the local ones in a multi-process
+run, where each process feeds its own shard): otherwise a :class:`~fluidjax.FeedError` — padding
+would change every mean over the batch. Fetches come back whole (replicated), as one device would
+return them. LoD (variable-length) feeds are not split: a FeedError says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ..ir.errors import FeedError
+from ..ir.program import Program
+from .lod_value import LoDValue
+
+AXIS = "dp"                                # the mesh's one axis: the devices a batch is split over
+SHARDINGS = ("none", "optimizer", "full")
+GRAD_SUFFIX = "@GRAD"
+# Slots of an optimizer op that are not accumulators.
+_NOT_ACCUMULATORS = frozenset({"Param", "Grad", "LearningRate", "SkipUpdate"})
+
+_compiled_ids = itertools.count(1)
+
+
+class BuildStrategy:
+    """How a :class:`CompiledProgram` partitions a program over its devices.
+
+    ``sharding``: ``"none"`` (state replicated), ``"optimizer"`` (accumulators split, ZeRO-1) or
+    ``"full"`` (parameters, gradients and accumulators split, FSDP). ``sync_batch_norm``: batch
+    norm over the global batch (the only mode; see the module docstring for why).
+
+    >>> bs = BuildStrategy()
+    >>> bs.sharding = "optimizer"
+    """
+
+    def __init__(self, sharding: str = "none", sync_batch_norm: bool = True) -> None:
+        self.sharding = sharding
+        self.sync_batch_norm = sync_batch_norm
+
+    @property
+    def sharding(self) -> str:
+        return self._sharding
+
+    @sharding.setter
+    def sharding(self, value: str) -> None:
+        if value not in SHARDINGS:
+            raise ValueError(f"BuildStrategy.sharding must be one of {SHARDINGS}, got {value!r}")
+        self._sharding = value
+
+    @property
+    def sync_batch_norm(self) -> bool:
+        return self._sync_batch_norm
+
+    @sync_batch_norm.setter
+    def sync_batch_norm(self, value: bool) -> None:
+        if not value:
+            raise ValueError("BuildStrategy.sync_batch_norm=False (per-device batch-norm statistics) is not "
+                             "supported: a fluidjax data-parallel run keeps the whole batch's math, so batch norm "
+                             "always uses the global batch's statistics (equal to one device)")
+        self._sync_batch_norm = True
+
+    def __repr__(self) -> str:
+        return f"BuildStrategy(sharding={self.sharding!r}, sync_batch_norm={self.sync_batch_norm})"
+
+
+class CompiledProgram:
+    """A program prepared for running on several devices (Paddle's ``CompiledProgram``).
+
+    >>> # compiled = fj.CompiledProgram(main, fj.BuildStrategy(sharding="optimizer"))
+    >>> # compiled = compiled.with_data_parallel(loss_name=loss.name)
+    >>> # loss_value, = exe.run(compiled, feed={"x": xs, "y": ys}, fetch_list=[loss])
+
+    Without :meth:`with_data_parallel` it runs like the program itself, on the Executor's device.
+    """
+
+    def __init__(self, program: Program, build_strategy: BuildStrategy | None = None) -> None:
+        if not isinstance(program, Program):
+            raise TypeError(f"CompiledProgram expects a fluidjax Program, got {type(program).__name__}")
+        if build_strategy is not None and not isinstance(build_strategy, BuildStrategy):
+            raise TypeError(f"build_strategy must be a fj.BuildStrategy, got {type(build_strategy).__name__}")
+        self._program = program
+        self._build_strategy = build_strategy or BuildStrategy()
+        self._uid = ("compiled", next(_compiled_ids))   # never equal to a Program's uid
+        self._mesh: Mesh | None = None
+        self._loss_name: str | None = None
+
+    @property
+    def _version(self):
+        # Plans are cached per (program, version): a change to the program re-plans this too.
+        return self._program._version
+
+    @property
+    def program(self) -> Program:
+        """The program this compiles."""
+        return self._program
+
+    @property
+    def mesh(self) -> Mesh | None:
+        """The device mesh of a data-parallel run (None before :meth:`with_data_parallel`)."""
+        return self._mesh
+
+    def with_data_parallel(self, loss_name: str | None = None, build_strategy: BuildStrategy | None = None,
+                           exec_strategy: Any = None, share_vars_from: Any = None,
+                           places: Sequence | None = None) -> "CompiledProgram":
+        """Run on every device of ``places`` (default: every JAX device of every process), each
+        taking an equal slice of every fed batch. ``loss_name`` is accepted for Paddle's API;
+        the gradients are those of the global batch's loss without it. Returns ``self``."""
+        if self._mesh is not None:
+            raise RuntimeError("with_data_parallel was already called on this CompiledProgram")
+        if loss_name is not None:
+            loss_name = getattr(loss_name, "name", loss_name)
+            if self._program.global_block().find_var(loss_name) is None:
+                raise FeedError(f"loss_name {loss_name!r} is not a variable of the program")
+        if build_strategy is not None:
+            if not isinstance(build_strategy, BuildStrategy):
+                raise TypeError(f"build_strategy must be a fj.BuildStrategy, got {type(build_strategy).__name__}")
+            self._build_strategy = build_strategy
+        if places is None:
+            devices = jax.devices()
+        else:
+            places = list(places) if isinstance(places, (list, tuple)) else [places]
+            devices = [p.jax_device() if hasattr(p, "jax_device") else p for p in places]
+            if len(set(devices)) != len(devices):
+                raise ValueError(f"with_data_parallel: places name a device twice: {places}")
+        if not devices:
+            raise ValueError("with_data_parallel: no devices")
+        self._loss_name = loss_name
+        self._mesh = Mesh(np.array(devices, dtype=object), (AXIS,))
+        return self
+
+    def _compile_step(self, executor, plan):
+        """The step of ``plan`` (made by ``executor`` for this program): sharded over the mesh."""
+        if self._mesh is None:
+            return executor._compile(plan)
+        layout = ShardedStep(self._mesh, plan, self._build_strategy.sharding)
+        plan.place_state = layout.place_state
+        if jax.process_count() > 1:
+            _agree_on_seed(executor)
+        return executor._compile(plan, sharded=layout)
+
+    def __repr__(self) -> str:
+        where = f"{self._mesh.size} devices" if self._mesh is not None else "not data parallel"
+        return f"<fluidjax.CompiledProgram of {self._program!r}: {where}, {self._build_strategy!r}>"
+
+
+def split_spec(shape: Sequence[int], n: int) -> PartitionSpec:
+    """The spec splitting ``shape`` over ``n`` devices along its first dimension ``n`` divides
+    (replicated when none does)."""
+    if n > 1:
+        for dim, size in enumerate(shape):
+            if size >= n and size % n == 0:
+                return PartitionSpec(*([None] * dim + [AXIS]))
+    return PartitionSpec()
+
+
+def state_roles(plan) -> tuple[set[str], set[str]]:
+    """(parameters, accumulators) among the persistable variables ``plan`` reads or writes."""
+    block = plan.program.global_block()
+    params: set[str] = set()
+    accumulators: set[str] = set()
+    for op in plan.ops:
+        if "Param" not in op.inputs or "ParamOut" not in op.outputs or not op.inputs["Param"]:
+            continue
+        param = op.inputs["Param"][0]
+        params.add(param)
+        shape = block.var(param).shape
+        for slot, names in op.inputs.items():
+            if slot in _NOT_ACCUMULATORS:
+                continue
+            for name in names:
+                var = block.find_var(name)
+                if var is not None and var.persistable and name != param and var.shape == shape:
+                    accumulators.add(name)
+    for name in plan.mutable_state + plan.const_state:
+        var = block.find_var(name)
+        if var is not None and var.is_parameter:
+            params.add(name)
+    return params, accumulators - params
+
+
+class ShardedStep:
+    """The shardings of one plan's step, its ``jax.jit``, and the placement of its state."""
+
+    def __init__(self, mesh: Mesh, plan, sharding: str) -> None:
+        self.mesh = mesh
+        self.plan = plan
+        self.sharding = sharding
+        n = mesh.size
+        self.replicated = rep = NamedSharding(mesh, PartitionSpec())
+        block = plan.program.global_block()
+        params, accumulators = state_roles(plan)
+        split = set(accumulators) if sharding in ("optimizer", "full") else set()
+        if sharding == "full":
+            split |= params
+
+        def state_sharding(name: str) -> NamedSharding:
+            var = block.find_var(name)
+            if name in split and var is not None:
+                return NamedSharding(mesh, split_spec(var.shape, n))
+            return rep
+
+        self.state = {name: state_sharding(name)
+                      for name in plan.mutable_state + plan.const_state + plan.written_state}
+        # Each parameter's gradient lives where its parameter does (full sharding): XLA then
+        # reduce-scatters it instead of all-reducing it.
+        self.grad_constraints = {p + GRAD_SUFFIX: self.state[p] for p in params
+                                 if sharding == "full" and p in self.state and self.state[p] is not rep}
+        self.gathered = frozenset(p for p in params if p in self.state and self.state[p] is not rep) \
+            if sharding == "full" else frozenset()
+        self.batched = tuple(bool(var.shape) and var.shape[0] < 0
+                             for var in (block.var(n_) for n_ in plan.feed_names))
+        self.feeds = tuple(NamedSharding(mesh, PartitionSpec(AXIS)) if b else rep for b in self.batched)
+        self.multi_process = jax.process_count() > 1
+        self.local_devices = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
+        self.mutable = tuple(self.state[n_] for n_ in plan.mutable_state)
+        self.const = tuple(self.state[n_] for n_ in plan.const_state)
+        self.jitted = None
+
+    # -- the hooks Executor._compile calls ------------------------------------------------------
+    def env(self, items):
+        """The step's value table: split parameters gathered whole where the step starts (so XLA
+        all-gathers each once and keeps the batch-parallel math, instead of splitting the matmuls
+        that use it), and a dict that constrains gradients to their parameter's split as ops store
+        them."""
+        if not self.grad_constraints:
+            return dict(items)
+        rep = self.replicated
+        gathered = [(name, jax.lax.with_sharding_constraint(value, rep) if name in self.gathered else value)
+                    for name, value in items]
+        return _ConstrainedEnv(gathered, self.grad_constraints)
+
+    def jit(self, step):
+        rep = self.replicated
+        written = tuple(self.state[n] for n in self.plan.written_state)
+        outs = (written, rep, rep, rep) if self.plan.has_checks else (written, rep)
+        self.jitted = jax.jit(step, in_shardings=(self.mutable, self.const, self.feeds, rep),
+                              out_shardings=outs, donate_argnums=(0,))
+        return self
+
+    # -- calling -----------------------------------------------------------------------------------
+    def __call__(self, mutable, const, feeds, seed):
+        return self.jitted(*self._arguments(mutable, const, feeds, seed))
+
+    def lower(self, mutable, const, feeds, seed) -> jax.stages.Lowered:
+        """The lowered sharded step (``.compile().as_text()`` shows its collectives)."""
+        return self.jitted.lower(*self._arguments(mutable, const, feeds, seed))
+
+    def _arguments(self, mutable, const, feeds, seed):
+        n = self.local_devices
+        for name, value, batched in zip(self.plan.feed_names, feeds, self.batched):
+            if value.__class__ is LoDValue:
+                raise FeedError(f"feed {name!r} is a LoD (variable-length) value: a data-parallel run cannot "
+                                "split it over devices; run the program on one device")
+            if batched and value.shape[0] % n:
+                raise FeedError(f"feed {name!r} has a batch of {value.shape[0]} rows, which does not divide "
+                                f"over the {n} devices of this data-parallel run (each takes an equal slice); "
+                                f"feed a multiple of {n} rows")
+        if self.multi_process:
+            feeds = tuple(jax.make_array_from_process_local_data(s, np.asarray(v))
+                          for s, v in zip(self.feeds, feeds))
+        else:   # device arrays (an Executor with a place puts feeds on its device) go to the mesh
+            feeds = tuple(jax.device_put(v, s) if isinstance(v, jax.Array) and v.sharding != s else v
+                          for v, s in zip(feeds, self.feeds))
+        # State another run left with other shardings (a single-device run on the same scope):
+        # moved here for this call; the scope gets this step's outputs.
+        mutable = _placed(mutable, self.mutable)
+        const = _placed(const, self.const)
+        return mutable, const, feeds, seed
+
+    def place_state(self, tensors) -> None:
+        """Put the values of ``tensors`` (the plan's mutable then const state) where the step
+        wants them, in the scope; in a multi-process run process 0's values are broadcast first
+        (as Paddle broadcasts parameters when a data-parallel program starts)."""
+        names = self.plan.mutable_state + self.plan.const_state
+        todo = [(t, self.state[n]) for t, n in zip(tensors, names)
+                if not (isinstance(t._value, jax.Array) and t._value.sharding == self.state[n])]
+        if not todo:
+            return
+        if not self.multi_process:
+            values = jax.device_put([_device_value(t._value) for t, _ in todo], [s for _, s in todo])
+        else:
+            from jax.experimental import multihost_utils
+            host = [np.asarray(t._value) if not isinstance(t._value, jax.Array) or t._value.is_fully_addressable
+                    else None for t, _ in todo]
+            global_ = [i for i, h in enumerate(host) if h is None]
+            if global_:          # already global arrays (another sharding): reshard them on the devices
+                moved = jax.device_put([todo[i][0]._value for i in global_], [todo[i][1] for i in global_])
+            host = multihost_utils.broadcast_one_to_all([h for h in host if h is not None])
+            it = iter(host)
+            values = []
+            moved_it = iter(moved if global_ else ())
+            for i, (_, s) in enumerate(todo):
+                if i in global_:
+                    values.append(next(moved_it))
+                else:
+                    h = np.asarray(next(it))
+                    values.append(jax.make_array_from_callback(h.shape, s, lambda idx, h=h: h[idx]))
+        for (tensor, _), value in zip(todo, values):
+            tensor._value = value
+
+
+class _ConstrainedEnv(dict):
+    """A value table that applies a sharding constraint to the named values stored in it."""
+
+    def __init__(self, items, constraints: dict) -> None:
+        super().__init__(items)
+        self._constraints = constraints
+
+    def __setitem__(self, name, value) -> None:
+        sharding = self._constraints.get(name)
+        if sharding is not None and getattr(value, "ndim", 0):
+            value = jax.lax.with_sharding_constraint(value, sharding)
+        super().__setitem__(name, value)
+
+
+def _device_value(value):
+    return value if isinstance(value, jax.Array) else np.asarray(value)
+
+
+def _placed(values: tuple, shardings: tuple) -> tuple:
+    if all(v.__class__ is not np.ndarray and v.sharding == s for v, s in zip(values, shardings)):
+        return values
+    return tuple(v if isinstance(v, jax.Array) and v.sharding == s else jax.device_put(_device_value(v), s)
+                 for v, s in zip(values, shardings))
+
+
+def _agree_on_seed(executor) -> None:
+    """Every process draws the same random numbers: process 0's default seed for all."""
+    from jax.experimental import multihost_utils
+    executor._default_seed = int(multihost_utils.broadcast_one_to_all(np.int64(executor._default_seed)))
+
+
+# -- reading the collectives of a compiled step ------------------------------------------------------
+_COLLECTIVE_LINE = re.compile(r"^\s*(?:ROOT\s+)?%\S+\s*=\s*(.*?)\s(all-reduce|all-gather|reduce-scatter|all-to-all|"
+                              r"collective-permute|collective-broadcast)(-start)?\(")
+_ARRAY_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16|c64|c128|f8e\w+)\[([\d,]*)\]")
+_ITEM_BYTES = {"pred": 1, "bf16": 2, "c64": 8, "c128": 16}
+
+
+def _shape_bytes(dtype: str, dims: str) -> int:
+    size = _ITEM_BYTES.get(dtype)
+    if size is None:
+        size = max(int(re.sub(r"\D", "", dtype[:4]) or 8) // 8, 1)
+    return size * int(np.prod([int(d) for d in dims.split(",") if d], dtype=np.int64))
+
+
+def collectives(hlo_text: str) -> list[tuple[str, int]]:
+    """The collectives of an optimized HLO module (``compiled.as_text()``): ``(kind, bytes of its
+    result)`` per instruction. ``-start`` forms of asynchronous collectives are counted once (their
+    ``-done`` halves are not); an async all-gather's result is the second half of its tuple."""
+    found = []
+    for line in hlo_text.splitlines():
+        match = _COLLECTIVE_LINE.match(line)
+        if match is None:
+            continue
+        shapes = [_shape_bytes(d, s) for d, s in _ARRAY_SHAPE.findall(match.group(1))]
+        if match.group(3) and match.group(2) in ("all-gather", "collective-permute", "all-to-all") \
+                and len(shapes) % 2 == 0:
+            shapes = shapes[len(shapes) // 2:]      # (operands, results) of the async start
+        found.append((match.group(2), int(sum(shapes))))
+    return found
+
+
+def collective_traffic(kind: str, result_bytes: int, devices: int) -> float:
+    """Bytes one device sends for a collective over ``devices`` devices with ring algorithms:
+    all-reduce 2(n-1)/n·S, all-gather (n-1)/n·S (S the gathered result), reduce-scatter (n-1)·S
+    (S the scattered result), all-to-all (n-1)/n·S, a permute S."""
+    n = max(devices, 1)
+    if kind == "all-reduce":
+        return 2 * (n - 1) / n * result_bytes
+    if kind in ("all-gather", "all-to-all"):
+        return (n - 1) / n * result_bytes
+    if kind == "reduce-scatter":
+        return (n - 1) * result_bytes
+    return float(result_bytes)
