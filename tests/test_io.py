@@ -475,3 +475,29 @@ def test_export_of_a_paddle_jit_saved_model_matches_paddle(tmp_path):
     outs = _run_exported_elsewhere(tmp_path, exported.serialize(), {f"b{n}": xs[:n] for n in want})
     for n, expected in want.items():
         np.testing.assert_allclose(outs[f"b{n}"], expected, rtol=1e-4, atol=1e-6)
+
+
+# -- the deployment notebook -------------------------------------------------------------------------
+@pytest.mark.slow
+def test_deploy_notebook_runs(tmp_path):
+    import pathlib
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = pathlib.Path(__file__).parent.parent / "notebooks" / "deploy.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "unsupported ops: none" in text and "x: float32 [-1, 8]" in text
+    assert sorted(os.listdir(tmp_path / "deploy")) == ["classifier.pdiparams", "classifier.pdmodel",
+                                                       "classifier.stablehlo"]
+    # The files the notebook wrote are Paddle's format: Paddle loads and runs them.
+    program, feeds, fetches = paddle.static.load_inference_model(str(tmp_path / "deploy" / "classifier"), _pexe())
+    xs = _rng(8).random((4, 8), dtype=np.float32)
+    want, = _pexe().run(program, feed={"x": xs}, fetch_list=fetches)
+    got, = fj.Executor().run(*fio.load_inference_model(str(tmp_path / "deploy" / "classifier"), None)[:1],
+                             feed={"x": xs})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
