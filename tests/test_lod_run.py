@@ -272,7 +272,7 @@ def test_sequence_layers_build_their_lod_levels():
 
 def test_sizes_that_are_data_give_clear_errors():
     """A mask width that is data cannot shape a compiled step: a clear error says to give maxlen;
-    learned padding rows are refused when the op is built."""
+    learned padding without its PaddingData rows is refused when the op is built."""
     from fluidjax.ir.errors import OpRuntimeError, ShapeError
 
     main, startup = fj.Program(), fj.Program()
@@ -286,9 +286,9 @@ def test_sizes_that_are_data_give_clear_errors():
         w = layer.data("w", dims=2)
         out = layer.data("out", dims=2)
         block = fj.default_main_program().global_block()
-        with pytest.raises(ShapeError, match="paddingTrainable"):
+        with pytest.raises(ShapeError, match="PaddingData of shape \\[2, 2\\]"):
             block.append_op("sequence_conv", {"X": x, "Filter": w}, {"Out": out},
-                            {"contextLength": 1, "contextStart": 0, "paddingTrainable": True})
+                            {"contextLength": 3, "contextStart": -1, "paddingTrainable": True})
 
 
 def test_sequence_mask_with_its_width_known_matches_numpy():

@@ -49,8 +49,14 @@ def _sequence_conv_shape(ctx: InferShapeContext) -> None:
     ctx.check(x.ndim == 2 and w.ndim == 2, f"X and Filter must be 2-D, got {x.shape} and {w.shape}")
     ctx.check(length is not None and int(length) > 0, f"contextLength must be > 0, got {length}")
     ctx.check(int(stride if stride is not None else 1) == 1, f"contextStride must be 1 (Paddle's rule), got {stride}")
-    ctx.check(not ctx.attr("paddingTrainable"),
-              "paddingTrainable=True (learned padding rows) is not supported: padding rows are zeros")
+    if ctx.attr("paddingTrainable"):
+        pad = ctx.input("PaddingData")
+        start = int(ctx.attr("contextStart") or 0)
+        rows = max(0, -start) + max(0, start + int(length) - 1)
+        ctx.check(not (start == 0 and int(length) == 1), "paddingTrainable needs a window that reaches past a row")
+        ctx.check(pad is not None and pad.ndim == 2 and pad.shape[0] in (rows, -1) and pad.shape[1] in (x.shape[1], -1),
+                  f"paddingTrainable needs PaddingData of shape [{rows}, {x.shape[1]}] (rows above + below), "
+                  f"got {None if pad is None else pad.shape}")
     if x.shape[1] >= 0 and w.shape[0] >= 0:
         ctx.check(w.shape[0] == int(length) * x.shape[1],
                   f"Filter must have contextLength * width = {int(length)} * {x.shape[1]} rows, got {w.shape[0]}")
@@ -59,16 +65,42 @@ def _sequence_conv_shape(ctx: InferShapeContext) -> None:
 
 @op("sequence_conv", inputs="X PaddingData? Filter", outputs="Out",
     attrs={"paddingTrainable": False, "contextLength": 3, "contextStart": 0, "contextStride": 1},
-    infer_shape=_sequence_conv_shape, no_grad_inputs=["PaddingData"])
+    infer_shape=_sequence_conv_shape)
 def sequence_conv(ctx):
     """A 1-D convolution along each sequence: row t sees rows ``t + contextStart + j`` for
-    ``j < contextLength`` (zeros outside its sequence), concatenated, times Filter
-    ([contextLength * width, out_width]). Out keeps X's LoD."""
+    ``j < contextLength``, concatenated, times Filter ([contextLength * width, out_width]).
+    Outside its sequence a row sees zeros, or with ``paddingTrainable`` the rows of PaddingData:
+    ``up`` rows for the positions before the sequence (``up = max(0, -contextStart)``), then
+    those past its end. Out keeps X's LoD."""
     x, w = ctx.input("X"), ctx.input("Filter")
     start, length = int(ctx.attr("contextStart")), int(ctx.attr("contextLength"))
-    sources, valid = _window_sources(x, [start + j for j in range(length)])
-    col = jnp.concatenate([_rows_where(v, x.data[s]) for s, v in zip(sources, valid)], axis=1)
+    shifts = [start + j for j in range(length)]
+    sources, valid = _window_sources(x, shifts)
+    parts = [_rows_where(v, x.data[s]) for s, v in zip(sources, valid)]
+    pad = ctx.input("PaddingData")
+    if ctx.attr("paddingTrainable") and pad is not None:
+        parts = _learned_padding(x, pad, shifts, parts, valid, up=max(0, -start))
+    col = jnp.concatenate(parts, axis=1)
     return {"Out": LoDValue(col @ w, x.offsets)}
+
+
+def _learned_padding(x: LoDValue, pad, shifts, parts, valid, up: int):
+    """Paddle's trainable context padding: a position p rows into the sequence (p < 0 before it,
+    p >= length past it) takes PaddingData row ``up + p``, or ``up + p - length`` past the end."""
+    offsets = x.offsets[-1]
+    count = offsets.shape[0] - 1
+    seg = x.segment_ids()
+    real = seg < count
+    seg = jnp.minimum(seg, max(count - 1, 0))
+    rows = jnp.arange(x.data.shape[0], dtype=offsets.dtype)
+    length = offsets[seg + 1] - offsets[seg]
+    out = []
+    for k, part, inside in zip(shifts, parts, valid):
+        p = rows - offsets[seg] + k
+        index = jnp.where(p < 0, up + p, up + p - length)
+        use = real & ~inside
+        out.append(jnp.where(use[:, None], pad[jnp.clip(index, 0, pad.shape[0] - 1)], part))
+    return out
 
 
 # -- row_conv --------------------------------------------------------------------------------------

@@ -207,6 +207,10 @@ CASES += [
     Case("sequence_conv", {"X": rand(9, 2), "Filter": rand(4, 2)},
          {"contextLength": 2, "contextStart": 1, "contextStride": 1}, lod={"X": _LENS}, batch_dims=("X",),
          name="skip-ahead"),
+    *[Case("sequence_conv", {"X": rand(9, 2), "PaddingData": rand(pad, 2), "Filter": rand(2 * n, 3)},
+           {"contextLength": n, "contextStart": start, "contextStride": 1, "paddingTrainable": True},
+           lod={"X": _LENS}, batch_dims=("X",), name=f"trainable-padding-{n}-{start}")
+      for n, start, pad in ((3, -1, 2), (4, -3, 3), (3, 1, 3), (2, 0, 1), (5, -2, 4), (2, 3, 4), (6, -2, 5))],
     Case("row_conv", {"X": rand(9, 3), "Filter": rand(2, 3)}, lod={"X": [[3, 1, 2, 3]]}, batch_dims=("X",)),
     Case("row_conv", {"X": rand(9, 2, dtype="float64"), "Filter": rand(3, 2, dtype="float64")},
          lod={"X": [[4, 1, 4]]}, batch_dims=("X",), check=numpy_lod_check(_row_conv_numpy),
@@ -248,6 +252,8 @@ CASES += [
     Case("sequence_reshape", {"X": rand(6, 2, dtype="float64")}, {"new_dim": 4}, lod={"X": [[2, 0, 4]]},
          name="float64"),
     Case("sequence_reshape", {"X": rand(6, 4)}, {"new_dim": 2}, lod={"X": [[1, 0, 3, 2]]}, name="split-rows"),
+    # 8 padded rows of width 2 are 16 values: not whole rows of 3, the last row is zero-filled.
+    Case("sequence_reshape", {"X": rand(6, 2)}, {"new_dim": 3}, lod={"X": [[3, 0, 3]]}, name="uneven-padding"),
     Case("sequence_erase", {"X": _int_rows(1, 2, 3, 1, 5, 2, 7, 1, 0)}, {"tokens": [1, 2]}, lod={"X": _LENS}),
     Case("sequence_erase", {"X": _int_rows(4, 4, 3, 0, 4, 9, dtype="int32")}, {"tokens": [4]},
          lod={"X": [[2, 1, 0, 3]]}, name="int32-emptied"),
