@@ -501,3 +501,57 @@ def test_deploy_notebook_runs(tmp_path):
     got, = fj.Executor().run(*fio.load_inference_model(str(tmp_path / "deploy" / "classifier"), None)[:1],
                              feed={"x": xs})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_export_for_several_platforms_still_runs_here():
+    x = layer.data("x", shape=[5])
+    y = layer.fc(x, output_size=2, activation="tanh")
+    exe = fj.Executor()
+    exe.run(fj.default_startup_program())
+    exported = fio.export(fj.default_main_program(), [x], [y], platforms=["cpu", "cuda", "tpu"])
+    assert exported.platforms == ("cpu", "cuda", "tpu")
+    import jax
+
+    xs = _rng(1).random((7, 5), dtype=np.float32)
+    got, = jax.export.deserialize(bytearray(exported.serialize())).call(xs)
+    want, = exe.run(feed={"x": xs}, fetch_list=[y])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+
+
+class _TwoInTwoOut(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.a = paddle.nn.Linear(4, 3)
+        self.b = paddle.nn.Linear(2, 3)
+
+    def forward(self, u, v):
+        s = self.a(u) + self.b(v)
+        return paddle.nn.functional.sigmoid(s), paddle.sum(s, axis=1, keepdim=True)
+
+
+def test_several_inputs_and_outputs_keep_their_order(tmp_path):
+    prefix = str(tmp_path / "two" / "net")
+    rng = _rng(12)
+    us, vs = rng.random((3, 4), dtype=np.float32), rng.random((3, 2), dtype=np.float32)
+    paddle.disable_static()
+    try:
+        paddle.seed(1)
+        net = _TwoInTwoOut()
+        want = [t.numpy() for t in net(paddle.to_tensor(us), paddle.to_tensor(vs))]
+        paddle.jit.save(net, prefix, input_spec=[paddle.static.InputSpec([None, 4], "float32", "u"),
+                                                 paddle.static.InputSpec([None, 2], "float32", "v")])
+    finally:
+        paddle.enable_static()
+    scope = fj.Scope()
+    program, feeds, fetches = fio.load_inference_model(prefix, None, scope=scope)
+    assert feeds == ["u", "v"] and len(fetches) == 2
+    got = fj.Executor().run(program, feed={"v": vs, "u": us}, fetch_list=fetches, scope=scope)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    # Saved again by us, Paddle loads it with the same inputs and outputs in the same order.
+    again = str(tmp_path / "again" / "net")
+    fio.save_inference_model(again, feeds, fetches, None, program=program, scope=scope)
+    p_prog, p_feeds, p_fetches = paddle.static.load_inference_model(again, _pexe())
+    assert p_feeds == ["u", "v"]
+    for g, w in zip(_pexe().run(p_prog, feed={"u": us, "v": vs}, fetch_list=p_fetches), want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

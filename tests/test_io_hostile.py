@@ -248,3 +248,15 @@ def test_a_killed_save_leaves_a_loadable_checkpoint(tmp_path, kind):
         generation = values.pop()
         assert last_done <= generation <= last_done + 1
         start_generation = int(generation) + 1
+
+
+def test_a_missing_parameters_file_is_named(tmp_path):
+    prefix, exe = _model(tmp_path)
+    os.remove(prefix + ".pdiparams")
+    with pytest.raises(TensorFormatError, match="no parameters file"):
+        fio.load_inference_model(prefix, exe, scope=fj.Scope())
+    folder = tmp_path / "fluid1"
+    fio.save_program_files(str(folder), fio.read_program(prefix + ".pdmodel"), fj.global_scope(), combined=False)
+    os.remove(folder / "fc_0.w_0")
+    with pytest.raises(TensorFormatError, match=r"fc_0\.w_0: no such file"):
+        fio.load_inference_model(str(folder), exe, scope=fj.Scope())
