@@ -187,7 +187,11 @@ class TensorReader:
         if nbytes > self.remaining:
             raise self._fail(variable, f"truncated file: a {dtype} tensor of shape {list(shape)} needs {nbytes} "
                                        f"bytes of data, {self.remaining} are left")
-        raw = self._read(nbytes, variable, "the tensor data")
+        raw = bytearray(nbytes)              # writable, and the only copy of the data
+        got = self._f.readinto(raw)
+        if got != nbytes:                    # the file shrank while we read it
+            raise self._fail(variable, f"truncated file: the tensor data needs {nbytes} bytes, got {got}")
+        self.pos += nbytes
         array = np.frombuffer(raw, np_dtype).reshape(shape)
         if lod:
             problem = lod_problem(lod, shape[0] if shape else 0)
