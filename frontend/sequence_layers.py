@@ -226,9 +226,8 @@ def im2sequence(input: Variable, filter_size=1, stride=1, padding=0, input_image
                 name: str | None = None) -> Variable:
     """The ``filter_size`` patches of every image of ``input`` ([N, C, H, W]) as rows of
     C * fh * fw values, one sequence per image. ``padding``: an int, [h, w] or [up, left, down, right].
-    ``input_image_size`` (real sizes of padded images) is not supported."""
-    if input_image_size is not None:
-        raise NotImplementedError("im2sequence: input_image_size is not supported")
+    ``input_image_size`` ([N, 2] Variable, for inference on padded images): each image's real
+    height and width; only its patches inside that size divided by ``out_stride`` are kept."""
     if isinstance(padding, int):
         paddings = [padding] * 4
     else:
@@ -238,7 +237,8 @@ def im2sequence(input: Variable, filter_size=1, stride=1, padding=0, input_image
         raise ValueError(f"im2sequence: padding must be an int, a pair or 4 values, got {padding}")
     helper = LayerHelper("im2sequence", name)
     out = helper.create_tmp(input.dtype)
-    helper.append_op("im2sequence", {"X": input}, {"Out": out},
+    inputs = {"X": input} if input_image_size is None else {"X": input, "Y": input_image_size}
+    helper.append_op("im2sequence", inputs, {"Out": out},
                      {"kernels": _pair(filter_size, "filter_size"), "strides": _pair(stride, "stride"),
                       "paddings": paddings, "out_stride": _pair(out_stride, "out_stride")})
     return out

@@ -298,3 +298,17 @@ def test_sequence_mask_with_its_width_known_matches_numpy():
         mask = layer.sequence_mask(lengths, maxlen=5, dtype="float32")
     got, = fj.Executor().run(main, feed={"lengths": np.array([2, 0, 5], np.int64)}, fetch_list=[mask], scope=fj.Scope())
     np.testing.assert_array_equal(got, (np.arange(5)[None, :] < np.array([2, 0, 5])[:, None]).astype(np.float32))
+
+
+def test_im2sequence_layer_with_real_image_sizes():
+    """input_image_size keeps each image's patches inside its real size (Paddle's inference use)."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        img = layer.data("img", shape=[1, 3, 4])
+        sizes = layer.data("sizes", dims=2)
+        seq = layer.im2sequence(img, filter_size=2, input_image_size=sizes)
+    x = np.arange(24, dtype=np.float32).reshape(2, 1, 3, 4)
+    got, = fj.Executor().run(main, feed={"img": x, "sizes": np.array([[2, 3], [3, 2]], np.float32)},
+                             fetch_list=[seq], scope=fj.Scope(), return_numpy=False)
+    assert got.recursive_sequence_lengths() == [[2, 2]]
+    np.testing.assert_array_equal(np.asarray(got), [[0, 1, 4, 5], [1, 2, 5, 6], [12, 13, 16, 17], [16, 17, 20, 21]])

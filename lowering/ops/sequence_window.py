@@ -11,7 +11,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ...ir.errors import OpRuntimeError
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
 from ..lod_value import LoDValue
@@ -171,12 +170,13 @@ def _im2sequence_shape(ctx: InferShapeContext) -> None:
     ctx.check(len(ctx.attr("kernels") or ()) == 2, f"kernels must be [height, width], got {ctx.attr('kernels')}")
     ctx.check(len(ctx.attr("strides") or [1, 1]) == 2 and len(ctx.attr("paddings") or [0] * 4) == 4,
               "strides must have 2 entries and paddings 4 (up, left, down, right)")
-    ctx.check(ctx.input("Y") is None,
-              "Y (the real size of every image, for inference on padded images) is not supported")
+    y = ctx.input("Y")
+    ctx.check(y is None or (y.ndim == 2 and y.shape[1] in (2, -1)),
+              f"Y holds every image's real (height, width): it must be [N, 2], got {None if y is None else y.shape}")
     (kh, kw), _, _, out_h, out_w = _im2sequence_geometry(ctx.attr, x.shape[2], x.shape[3])
     ctx.check(out_h != 0 and out_w != 0 and (out_h > 0 or out_h == -1) and (out_w > 0 or out_w == -1),
               f"kernels {[kh, kw]} do not fit in the padded image {x.shape[2:]}")
-    rows = -1 if min(x.shape[0], out_h, out_w) < 0 else x.shape[0] * out_h * out_w
+    rows = -1 if min(x.shape[0], out_h, out_w) < 0 or y is not None else x.shape[0] * out_h * out_w
     feat = -1 if x.shape[1] < 0 else x.shape[1] * kh * kw
     ctx.set_output("Out", (rows, feat), x.dtype, 1)
 
@@ -186,18 +186,44 @@ def _im2sequence_shape(ctx: InferShapeContext) -> None:
     infer_shape=_im2sequence_shape, no_grad_inputs=["Y"])
 def im2sequence(ctx):
     """The patches of each image ([N, C, H, W]) as rows, in row-major order of their position;
-    a patch is its C x kh x kw values. Out has one sequence per image."""
+    a patch is its C x kh x kw values. Out has one sequence per image.
+
+    With Y ([N, 2], each image's real height and width, for padded images at inference), image
+    i keeps only the patches that fit its real size divided by ``out_stride`` (rounded up), as in
+    Paddle; inside a step Out is then padded to the patches of whole images.
+    """
     x = ctx.input("X")
-    if ctx.input("Y") is not None:
-        raise OpRuntimeError("im2sequence: the Y input (real image sizes) is not supported")
     kernel, strides, padding, out_h, out_w = _im2sequence_geometry(ctx.attr, x.shape[2], x.shape[3])
     patches = jax.lax.conv_general_dilated_patches(
         x, kernel, strides, padding, dimension_numbers=("NCHW", "OIHW", "NCHW"),
         precision=jax.lax.Precision.HIGHEST)                      # [N, C*kh*kw, oh, ow], c-major
     n, feat = x.shape[0], patches.shape[1]
     out = jnp.transpose(patches, (0, 2, 3, 1)).reshape(n * out_h * out_w, feat)
-    offsets = jnp.arange(n + 1, dtype=jnp.int32) * (out_h * out_w)
-    return {"Out": LoDValue(out, (offsets,))}
+    y = ctx.input("Y")
+    if y is None:
+        offsets = jnp.arange(n + 1, dtype=jnp.int32) * (out_h * out_w)
+        return {"Out": LoDValue(out, (offsets,))}
+    heights, widths = _real_patch_counts(ctx.attr, y.astype(jnp.int32).reshape(n, 2))
+    heights, widths = jnp.clip(heights, 0, out_h), jnp.clip(widths, 0, out_w)
+    offsets = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(heights * widths)])
+    q = jnp.arange(max(n * out_h * out_w, 1), dtype=jnp.int32)
+    image = jnp.searchsorted(offsets[1:], q, side="right").astype(jnp.int32)
+    real = image < n
+    image = jnp.minimum(image, n - 1)
+    local = q - offsets[image]
+    width = jnp.maximum(widths[image], 1)
+    source = image * (out_h * out_w) + (local // width) * out_w + local % width
+    picked = out[jnp.clip(source, 0, out.shape[0] - 1)]
+    return {"Out": LoDValue(jnp.where(real[:, None], picked, jnp.zeros((), out.dtype)), (offsets,))}
+
+
+def _real_patch_counts(attr, sizes):
+    """Patches per image along height and width for real image sizes (Paddle's Y input)."""
+    (kh, kw), (sh, sw), ((up, down), (left, right)), _, _ = _im2sequence_geometry(attr, 0, 0)
+    oh, ow = (int(v) for v in (attr("out_stride") or [1, 1]))
+    real_h = (sizes[:, 0] + oh - 1) // oh
+    real_w = (sizes[:, 1] + ow - 1) // ow
+    return (real_h + up + down - kh) // sh + 1, (real_w + left + right - kw) // sw + 1
 
 
 lod_aware("sequence_conv", "row_conv", "sequence_enumerate", "im2sequence")

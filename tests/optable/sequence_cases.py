@@ -194,6 +194,23 @@ def registry_has_grad(op_type):
     return registry.get(op_type).grad is not None
 
 
+def _im2sequence_real_sizes_numpy(inputs, attrs):
+    """Image i keeps the patches at (i, j) below its real size / out_stride (rounded up)."""
+    x, sizes = inputs["X"], inputs["Y"].astype(int)
+    kh, kw = attrs["kernels"]
+    sh, sw = attrs.get("strides", [1, 1])
+    os_h, os_w = attrs.get("out_stride", [1, 1])
+    rows, lengths = [], []
+    for image, (h, w) in zip(x, sizes):
+        oh = (-(-h // os_h) - kh) // sh + 1
+        ow = (-(-w // os_w) - kw) // sw + 1
+        for i in range(oh):
+            for j in range(ow):
+                rows.append(image[:, i * sh:i * sh + kh, j * sw:j * sw + kw].reshape(-1))
+        lengths.append(oh * ow)
+    return {"Out": (np.stack(rows), [lengths])}
+
+
 def _int_rows(*values, dtype="int64"):
     return np.asarray(values, dtype).reshape(-1, 1)
 
@@ -294,4 +311,17 @@ CASES += [
     Case("sequence_pad", {"X": rand(9, 2, dtype="float64"), "PadValue": np.array([0.0])}, lod={"X": _LENS},
          outputs=("Out", "Length"), no_grad_outputs=("Length",), batch_dims=("X",),
          check=lambda case: paddle_lod_check(case, cut=True, grad="fd"), name="longest-float64"),
+]
+
+# im2sequence with Y, the real size of each (padded) image: its number of rows is data. Paddle's
+# backward ignores Y (it is for inference), so the gradient is checked by finite differences.
+CASES += [
+    Case("im2sequence", {"X": rand(2, 1, 4, 5), "Y": np.array([[3, 4], [4, 2]], "float32")},
+         {"kernels": [2, 2]}, check=lambda case: paddle_lod_check(case, cut=True, grad=None), name="real-sizes"),
+    Case("im2sequence", {"X": rand(3, 2, 5, 5), "Y": np.array([[5, 3], [3, 5], [4, 4]], "float32")},
+         {"kernels": [2, 2], "strides": [1, 1], "out_stride": [2, 1]},
+         check=lambda case: paddle_lod_check(case, cut=True, grad=None), name="real-sizes-out-stride"),
+    Case("im2sequence", {"X": rand(2, 2, 5, 4, dtype="float64"), "Y": np.array([[5, 3], [3, 4]], "float64")},
+         {"kernels": [2, 2], "strides": [2, 1], "out_stride": [1, 1]},
+         check=numpy_lod_check(_im2sequence_real_sizes_numpy), name="real-sizes-float64"),
 ]
