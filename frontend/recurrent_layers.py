@@ -1,3 +1,158 @@
-"""Layers (being filled in; see the module's issue)."""
+"""Recurrent layers with Fluid 1.x's names and arguments: ``dynamic_lstm`` and ``dynamic_gru`` over
+LoD sequences, and the one-step cell ``gru_unit``.
 
-__all__: list[str] = []
+Like Fluid, the sequence layers take input that is already projected (an ``fc`` of 4·D or 3·D
+columns before them) and only add the recurrent part; gate layouts are Paddle's (see
+``lowering/ops/recurrent_lod.py``).
+
+>>> words = data("words", dims=32, lod_level=1)                       # doctest: +SKIP
+>>> proj = fc(words, 4 * 64)                                           # [-1, 256], keeps the LoD
+>>> hidden, cell = dynamic_lstm(proj, size=4 * 64)                     # [-1, 64] each
+>>> sentence = sequence_pool(hidden, "max")                            # one row per sequence
+"""
+
+from __future__ import annotations
+
+from ..ir.errors import ShapeError
+from ..ir.variable import Variable
+from .layer_helper import LayerHelper
+from .param_attr import ParamAttr
+
+__all__ = ["dynamic_lstm", "dynamic_gru", "gru_unit"]
+
+_ACTIVATIONS = ("sigmoid", "tanh", "relu", "identity")
+_GRU_UNIT_ACTIVATIONS = {"identity": 0, "sigmoid": 1, "tanh": 2, "relu": 3}
+
+
+def _check_activation(layer: str, arg: str, value: str) -> None:
+    if value not in _ACTIVATIONS:
+        raise ValueError(f"{layer}: {arg} must be one of {list(_ACTIVATIONS)}, got {value!r}")
+
+
+def _check_sequences(layer: str, input: Variable, width: int, what: str) -> None:
+    if input.lod_level != 1:
+        raise ShapeError(f"{layer}: input {input.name!r} must be a LoD tensor with one level (lod_level 1), got "
+                         f"lod_level {input.lod_level}; declare it with data(..., lod_level=1)")
+    if input.ndim != 2 or input.shape[1] not in (-1, width):
+        raise ShapeError(f"{layer}: input {input.name!r} must be [-1, {width}] ({what}), got {input.shape}")
+
+
+def _check_state(layer: str, arg: str, state: Variable | None, size: int) -> None:
+    if state is not None and (state.ndim != 2 or state.shape[1] not in (-1, size)):
+        raise ShapeError(f"{layer}: {arg} must be [num_sequences, {size}], got {state.shape}")
+
+
+def dynamic_lstm(input: Variable, size: int, h_0: Variable | None = None, c_0: Variable | None = None,
+                 param_attr=None, bias_attr=None, use_peepholes: bool = True, is_reverse: bool = False,
+                 gate_activation: str = "sigmoid", cell_activation: str = "tanh",
+                 candidate_activation: str = "tanh", dtype: str = "float32",
+                 name: str | None = None) -> tuple[Variable, Variable]:
+    """An LSTM over every sequence of ``input`` (Paddle's ``lstm`` op); returns (hidden, cell).
+
+    ``input`` is a lod_level-1 tensor [-1, 4·D] already projected from the words (an ``fc`` of
+    ``size`` columns); ``size`` is **4·D**, as in Fluid, and hidden/cell are [-1, D] with the
+    input's LoD. The weight is [D, 4·D] with gate columns (c, i, f, o); the bias is [1, 4·D], or
+    [1, 7·D] with ``use_peepholes`` (the peepholes w_ic, w_fc, w_oc after the gate biases).
+    ``h_0``/``c_0`` ([num_sequences, D], together or not at all) start each sequence;
+    ``is_reverse`` runs each sequence from its end. Note: Paddle passes no gradient through the
+    returned cell (its ``lstm_grad`` takes only the hidden's), and neither does fluidjax.
+    """
+    if bias_attr is False:
+        raise ValueError("dynamic_lstm: bias_attr cannot be False (the lstm op needs its bias)")
+    if not isinstance(size, int) or size <= 0 or size % 4:
+        raise ValueError(f"dynamic_lstm: size must be 4 * hidden size (a positive multiple of 4), got {size!r}")
+    if (h_0 is None) != (c_0 is None):
+        raise ValueError("dynamic_lstm: h_0 and c_0 must be given together (or neither)")
+    for arg, value in (("gate_activation", gate_activation), ("cell_activation", cell_activation),
+                       ("candidate_activation", candidate_activation)):
+        _check_activation("dynamic_lstm", arg, value)
+    hidden_size = size // 4
+    _check_sequences("dynamic_lstm", input, size, "4 * hidden size columns, already projected")
+    _check_state("dynamic_lstm", "h_0", h_0, hidden_size)
+    _check_state("dynamic_lstm", "c_0", c_0, hidden_size)
+    helper = LayerHelper("lstm", name)
+    weight = helper.create_parameter(ParamAttr.to_attr(param_attr), (hidden_size, 4 * hidden_size), dtype)
+    bias = helper.create_parameter(ParamAttr.to_attr(bias_attr), (1, (7 if use_peepholes else 4) * hidden_size),
+                                   dtype, is_bias=True)
+    hidden, cell = helper.create_tmp(dtype), helper.create_tmp(dtype)
+    batch_gate = helper.create_tmp(dtype, stop_gradient=True)
+    batch_cell_pre_act = helper.create_tmp(dtype, stop_gradient=True)
+    # Absent initial states are empty slots, as Paddle writes them (its grad maker looks them up).
+    helper.append_op("lstm", inputs={"Input": input, "H0": [] if h_0 is None else h_0,
+                                     "C0": [] if c_0 is None else c_0, "Weight": weight, "Bias": bias},
+                     outputs={"Hidden": hidden, "Cell": cell, "BatchGate": batch_gate,
+                              "BatchCellPreAct": batch_cell_pre_act},
+                     attrs={"use_peepholes": bool(use_peepholes), "is_reverse": bool(is_reverse),
+                            "gate_activation": gate_activation, "cell_activation": cell_activation,
+                            "candidate_activation": candidate_activation})
+    return hidden, cell
+
+
+def dynamic_gru(input: Variable, size: int, param_attr=None, bias_attr=None, is_reverse: bool = False,
+                gate_activation: str = "sigmoid", candidate_activation: str = "tanh",
+                h_0: Variable | None = None, origin_mode: bool = False) -> Variable:
+    """A GRU over every sequence of ``input`` (Paddle's ``gru`` op); returns the hidden [-1, size].
+
+    ``input`` is a lod_level-1 tensor [-1, 3·size] already projected (an ``fc`` of 3·size
+    columns); ``size`` is the hidden size D, as in Fluid. The weight is [D, 3·D], read as Paddle
+    lays it out in memory: a [D, 2·D] block for the update and reset gates, then a [D, D] block
+    for the candidate; the bias is [1, 3·D] (``bias_attr=False``: none). ``h_0``
+    ([num_sequences, D]) starts each sequence. By default h = (1-u)·h_prev + u·c;
+    ``origin_mode`` gives u·h_prev + (1-u)·c.
+    """
+    if not isinstance(size, int) or size <= 0:
+        raise ValueError(f"dynamic_gru: size must be the hidden size (a positive int), got {size!r}")
+    _check_activation("dynamic_gru", "gate_activation", gate_activation)
+    _check_activation("dynamic_gru", "candidate_activation", candidate_activation)
+    _check_sequences("dynamic_gru", input, 3 * size, "3 * size columns, already projected")
+    _check_state("dynamic_gru", "h_0", h_0, size)
+    helper = LayerHelper("gru")
+    dtype = input.dtype
+    weight = helper.create_parameter(ParamAttr.to_attr(param_attr), (size, 3 * size), dtype)
+    battr = ParamAttr.to_attr(bias_attr)
+    bias = None if battr is None else helper.create_parameter(battr, (1, 3 * size), dtype, is_bias=True)
+    hidden = helper.create_tmp(dtype)
+    intermediates = {slot: helper.create_tmp(dtype, stop_gradient=True)
+                     for slot in ("BatchGate", "BatchResetHiddenPrev", "BatchHidden")}
+    helper.append_op("gru", inputs={"Input": input, "H0": [] if h_0 is None else h_0, "Weight": weight,
+                                    "Bias": [] if bias is None else bias},
+                     outputs={"Hidden": hidden, **intermediates},
+                     attrs={"is_reverse": bool(is_reverse), "gate_activation": gate_activation,
+                            "activation": candidate_activation, "origin_mode": bool(origin_mode)})
+    return hidden
+
+
+def gru_unit(input: Variable, hidden: Variable, size: int, param_attr=None, bias_attr=None,
+             activation: str = "tanh", gate_activation: str = "sigmoid",
+             origin_mode: bool = False) -> tuple[Variable, Variable, Variable]:
+    """One GRU step (Paddle's ``gru_unit`` op); returns (new hidden, r·h_prev, gates).
+
+    ``input`` [N, size] is the projected step input and ``hidden`` [N, size / 3] the previous
+    state; ``size`` is **3·D**, as in Fluid. The gates [N, 3·D] are the activated (u, r, c).
+    Unlike Fluid 1.x's layer, which always wrote tanh/sigmoid into the op, ``activation`` and
+    ``gate_activation`` are honoured.
+    """
+    if not isinstance(size, int) or size <= 0 or size % 3:
+        raise ValueError(f"gru_unit: size must be 3 * hidden size (a positive multiple of 3), got {size!r}")
+    for arg, value in (("activation", activation), ("gate_activation", gate_activation)):
+        _check_activation("gru_unit", arg, value)
+    hidden_size = size // 3
+    if input.ndim != 2 or input.shape[1] not in (-1, size):
+        raise ShapeError(f"gru_unit: input {input.name!r} must be [N, {size}], got {input.shape}")
+    _check_state("gru_unit", "hidden", hidden, hidden_size)
+    helper = LayerHelper("gru_unit")
+    dtype = input.dtype
+    weight = helper.create_parameter(ParamAttr.to_attr(param_attr), (hidden_size, size), dtype)
+    battr = ParamAttr.to_attr(bias_attr)
+    inputs = {"Input": input, "HiddenPrev": hidden, "Weight": weight, "Bias": []}
+    if battr is not None:
+        inputs["Bias"] = helper.create_parameter(battr, (1, size), dtype, is_bias=True)
+    gate = helper.create_tmp(dtype, stop_gradient=True)
+    reset_hidden_prev = helper.create_tmp(dtype, stop_gradient=True)
+    updated = helper.create_tmp(dtype)
+    helper.append_op("gru_unit", inputs=inputs,
+                     outputs={"Gate": gate, "ResetHiddenPrev": reset_hidden_prev, "Hidden": updated},
+                     attrs={"activation": _GRU_UNIT_ACTIVATIONS[activation],
+                            "gate_activation": _GRU_UNIT_ACTIVATIONS[gate_activation],
+                            "origin_mode": bool(origin_mode)})
+    return updated, reset_hidden_prev, gate
