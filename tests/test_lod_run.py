@@ -312,3 +312,34 @@ def test_im2sequence_layer_with_real_image_sizes():
                              fetch_list=[seq], scope=fj.Scope(), return_numpy=False)
     assert got.recursive_sequence_lengths() == [[2, 2]]
     np.testing.assert_array_equal(np.asarray(got), [[0, 1, 4, 5], [1, 2, 5, 6], [12, 13, 16, 17], [16, 17, 20, 21]])
+
+
+def test_layout_ops_keep_compilations_logarithmic():
+    """Outputs sized from the inputs' buckets (expand, pad, unpad, slice, erase) keep an epoch of
+    random lengths at ⌈log2(longest)⌉ + 1 compilations, and every batch's results stay exact."""
+    rng = np.random.default_rng(5)
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        ids = layer.data("ids", dims=1, dtype="int64", lod_level=1)
+        erased = main.global_block().create_var("erased", (-1, 1), "int64", 1)
+        main.global_block().append_op("sequence_erase", {"X": ids}, {"Out": erased}, {"tokens": [3]})
+        kept = layer.sequence_pool(layer.cast(erased, "float32"), "sum")
+        state = layer.data("state", dims=2)
+        expanded = layer.sequence_expand(state, ids)
+        padded, length = layer.sequence_pad(layer.cast(ids, "float32"), layer.fill_constant([1], "float32", 0.0))
+        back = layer.sequence_pool(layer.sequence_unpad(padded, length), "sum")
+    exe = fj.Executor()
+    longest = 0
+    for _ in range(40):
+        lengths = rng.integers(0, 30, size=6)
+        longest = max(longest, int(lengths.sum()))
+        data = rng.integers(0, 4, (int(lengths.sum()), 1)).astype(np.int64)
+        st = rng.standard_normal((6, 2)).astype(np.float32)
+        got = exe.run(main, feed={"ids": _lod_tensor(data, [lengths.tolist()]), "state": st},
+                      fetch_list=[kept, expanded, back])
+        seqs = np.split(data[:, 0], np.cumsum(lengths)[:-1])
+        sums = np.array([s.sum() for s in seqs], np.float32)
+        np.testing.assert_array_equal(got[0][:, 0], [s[s != 3].sum() for s in seqs])
+        np.testing.assert_array_equal(got[1], np.repeat(st, lengths, axis=0))
+        np.testing.assert_array_equal(got[2][:, 0], sums)
+    assert exe.trace_count <= math.ceil(math.log2(longest)) + 1
