@@ -91,6 +91,30 @@ def _logsumexp(x, axis):
     return jax.nn.logsumexp(x, axis=axis)
 
 
+def _shifted_exp(x, axis):
+    """(exp(x - max), max) along ``axis``: exponentials that neither overflow nor all vanish."""
+    peak = lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+    return jnp.exp(x - peak), peak
+
+
+def _small(dtype):
+    """Below this a sum of shifted exponentials has lost precision to underflow: the exact
+    log-space form takes over (only for scores whose spread is in the hundreds)."""
+    return float(jnp.finfo(dtype).tiny) ** 0.5
+
+
+def _log_matmul(a, w):
+    """log(exp(a) @ exp(w)) for a [N, D] and w [D, D]: one matmul between shifted exponentials
+    (a log-space sum over an [N, D, D] tensor costs D times more exponentials), or that exact
+    sum when the matmul underflows."""
+    ea, a_peak = _shifted_exp(a, 1)
+    ew, w_peak = _shifted_exp(w, 0)
+    total = ea @ ew
+    return lax.cond(jnp.min(total) > _small(a.dtype),
+                    lambda: jnp.log(total) + a_peak + w_peak,
+                    lambda: _logsumexp(a[:, :, None] + w[None], axis=1))
+
+
 # -- the CRF forward algorithm and its gradient ------------------------------------------------
 def _forward(x, trans, rows: _Rows):
     """log Z per sequence and the normalized log forward vectors per row (0 where none)."""
@@ -106,7 +130,7 @@ def _forward(x, trans, rows: _Rows):
     def step(state):
         t, alpha, log_z, buf = state
         valid, index = _at_position(rows, t, total)
-        new = _gather(x, index) + _logsumexp(alpha[:, :, None] + w[None], axis=1)
+        new = _gather(x, index) + _log_matmul(alpha, w)
         norm = _logsumexp(new, -1)
         new = new - norm[:, None]
         return (t + 1, jnp.where(valid[:, None], new, alpha), jnp.where(valid, log_z + norm, log_z),
@@ -123,6 +147,7 @@ def _backward(x, trans, rows: _Rows, log_alpha, g):
     end, w = trans[1], trans[_TRANSITION_BASE:]
     zero = jnp.zeros((), x.dtype)
     max_len = jnp.max(rows.lengths, initial=0)
+    ew = jnp.exp(w - jnp.max(w))
 
     def step(state):
         t, beta_next, x_next, dx, d_start, d_end, d_w = state
@@ -131,10 +156,23 @@ def _backward(x, trans, rows: _Rows, log_alpha, g):
         inner = t < rows.lengths - 1
         xt, alpha = _gather(x, index), _gather(log_alpha, index)
         ahead = x_next + beta_next                                  # log (x_{t+1} beta_{t+1})
-        pair = alpha[:, :, None] + w[None] + ahead[:, None, :]      # [N, from, to]
-        pair = jnp.exp(pair - _logsumexp(pair, (1, 2))[:, None, None])
-        d_w = d_w + jnp.einsum("n,nij->ij", jnp.where(inner, g, zero), jnp.where(inner[:, None, None], pair, zero))
-        beta = jnp.where(last[:, None], end[None], _logsumexp(w[None] + ahead[:, None, :], axis=2))
+        # The pair marginals P_n(i, j) ∝ alpha_n(i) w(i, j) ahead_n(j) (probability space), summed
+        # over sequences with weights g_n: one [D, N] @ [N, D] product.
+        ea, _ = _shifted_exp(alpha, 1)
+        eh, _ = _shifted_exp(ahead, 1)
+        mass = jnp.sum((ea @ ew) * eh, axis=1)
+        weight = jnp.where(inner, g, zero)
+
+        def fast():
+            return ew * (ea.T @ ((weight / jnp.where(inner, mass, 1))[:, None] * eh))
+
+        def exact():
+            pair = alpha[:, :, None] + w[None] + ahead[:, None, :]      # [N, from, to]
+            pair = jnp.exp(pair - _logsumexp(pair, (1, 2))[:, None, None])
+            return jnp.einsum("n,nij->ij", weight, jnp.where(inner[:, None, None], pair, zero))
+
+        d_w = d_w + lax.cond(jnp.min(jnp.where(inner, mass, 1)) > _small(x.dtype), fast, exact)
+        beta = jnp.where(last[:, None], end[None], _log_matmul(ahead, w.T))
         beta = beta - _logsumexp(beta, -1)[:, None]
         marginal = jax.nn.softmax(alpha + beta, axis=-1)
         weighted = jnp.where(valid[:, None], g[:, None] * marginal, zero)
