@@ -33,7 +33,7 @@ from .context import make_key
 from .feeds import check_feed, check_lod_feed
 from .lod_value import LoDValue, to_host
 from .lod_tensor import LoDTensor
-from .lower import run_ops
+from .lower import ops_with_sub_blocks, run_ops
 from .parallel import CompiledProgram
 from .places import Place
 from .scope import Scope, global_scope
@@ -398,6 +398,9 @@ class Executor:
         for name in fetch_names:
             if name not in defined and name not in external:
                 external[name] = None
+        # A tensor array nothing wrote yet (create_array emits no op) starts empty: no state.
+        external = {n: r for n, r in external.items()
+                    if block.var(n).persistable or block.var(n).type != dtypes.LOD_TENSOR_ARRAY}
         for name, reader in external.items():
             var = block.var(name)
             if not var.persistable:
@@ -418,7 +421,7 @@ class Executor:
             const_state=tuple(n for n in external if n not in written_set),
             written_state=tuple(written),
             random=any(registry.get(op.type).random or "seed" in registry.get(op.type).attrs
-                       for op in jit_ops),
+                       for op in ops_with_sub_blocks(jit_ops)),
             first_reader=external,
             has_checks=check_nan_inf or in_step,
             host_checks=host_checks, host_checked=frozenset(host_checked),

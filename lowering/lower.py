@@ -34,10 +34,19 @@ def _values(op, env: MutableMapping[str, Any]) -> dict[str, list]:
         try:
             out[slot] = [None if n == EMPTY_VAR_NAME else env[n] for n in names]
         except KeyError as exc:
+            if _unwritten_array(op, exc.args[0]):      # an array nothing wrote yet: empty (None)
+                out[slot] = [None if n == EMPTY_VAR_NAME or _unwritten_array(op, n) and n not in env else env[n]
+                             for n in names]
+                continue
             raise OpRuntimeError(
                 f"op {op.type!r} at {op.location}: input {slot}={exc.args[0]!r} has no value "
                 "(not fed, not computed by an earlier op, and not in the scope)") from None
     return out
+
+
+def _unwritten_array(op, name: str) -> bool:
+    var = op.block.find_var(name)
+    return var is not None and var.type == dtypes.LOD_TENSOR_ARRAY
 
 
 def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | None,
@@ -390,3 +399,18 @@ class SubBlock:
         finally:
             active.discard(marker)
         return local
+
+
+def ops_with_sub_blocks(ops: Iterable) -> Iterable:
+    """``ops`` and the ops of every sub-block they run, nested ones included (each block once;
+    references that name no block are skipped here and refused when the op lowers)."""
+    seen: set = set()
+    stack = list(reversed(list(ops)))
+    while stack:
+        op = stack.pop()
+        yield op
+        blocks = op.block.program.blocks
+        for idx in block_refs(op):
+            if isinstance(idx, (int, np.integer)) and 0 <= idx < len(blocks) and idx not in seen:
+                seen.add(idx)
+                stack.extend(reversed(list(blocks[int(idx)].ops)))

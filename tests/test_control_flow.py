@@ -366,3 +366,88 @@ def test_select_output_writes_the_selected_output_and_zeros_elsewhere():
         ours = _run_here(main, feed, ["o0", "o1"])
         np.testing.assert_array_equal(ours[k], po.run(main.serialize(), feed, [f"o{k}"])[0])
         assert not ours[1 - k].any() and ours[1 - k].shape == xs.shape
+
+
+# -- tensor arrays ---------------------------------------------------------------------------------
+def _to_tensor(array, axis=0, use_stack=True):
+    block = fj.default_main_program().current_block()
+    out = block.create_var(fj.unique_name.generate("stacked"), (), array.dtype)
+    index = block.create_var(fj.unique_name.generate("stacked_index"), (), "int32")
+    block.append_op("tensor_array_to_tensor", {"X": array}, {"Out": out, "OutIndex": index},
+                    {"axis": axis, "use_stack": use_stack})
+    return out, index
+
+
+def test_arrays_outside_and_inside_a_loop_match_paddle():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = main.global_block().create_var("x", (2, 3), "float32", is_data=True)
+        arr = layer.create_array("float32")
+        layer.array_write(x, layer.fill_constant([1], "int64", 0), arr)
+        layer.array_write(x * 2.0, layer.fill_constant([1], "int64", 1), arr)
+        second = layer.array_read(arr, layer.fill_constant([1], "int64", 1))
+        count = layer.array_length(arr)
+        stacked, index = _to_tensor(arr, axis=1, use_stack=False)
+        # A loop that appends x * (i + 1) for i in 0..3, then sums what it wrote.
+        i = layer.fill_constant([1], "int64", 0)
+        n = layer.fill_constant([1], "int64", 4)
+        loop_arr = layer.create_array("float32")
+
+        def body(i, a):
+            layer.array_write(x * (layer.cast(i, "float32") + 1.0), i, a)
+            return [layer.increment(i), a]
+
+        _, loop_arr = layer.while_loop(lambda i, a: i < n, body, [i, loop_arr], max_iterations=4)
+        loop_count = layer.array_length(loop_arr)
+        third = layer.array_read(loop_arr, layer.fill_constant([1], "int64", 2))
+        all_rows, _ = _to_tensor(loop_arr)
+        empty = layer.fill_constant([0, 3], "float32", 0.0)
+        flags = [main.global_block().create_var(f"empty_{k}", (), "bool") for k in range(2)]
+        main.global_block().append_op("is_empty", {"X": empty}, {"Out": flags[0]})
+        main.global_block().append_op("is_empty", {"X": x}, {"Out": flags[1]})
+    xs = np.arange(6, dtype="float32").reshape(2, 3)
+    fetch = [second.name, count.name, stacked.name, loop_count.name, third.name, all_rows.name,
+             "empty_0", "empty_1"]
+    ours = _run_here(main, {"x": xs}, fetch + [index.name])
+    _close(ours, po.run(main.serialize(), {"x": xs}, fetch))
+    np.testing.assert_array_equal(ours[5], np.stack([xs * k for k in (1, 2, 3, 4)]))
+    assert int(ours[3][0]) == 4 and bool(ours[6]) and not bool(ours[7])
+    np.testing.assert_array_equal(ours[-1], [3, 3])    # each element's width along axis 1 (Paddle
+    # fills OutIndex only on its LoD path: fetched here it comes back empty)
+
+
+def test_paddle_array_program_runs_here():
+    main, startup = _paddle_programs()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [2, 3], "float32")
+        i = paddle.full([1], 0, "int64")
+        arr = paddle.tensor.create_array("float32")
+        paddle.tensor.array_write(x, i, arr)
+        paddle.tensor.array_write(x + 1.0, paddle.full([1], 1, "int64"), arr)
+        n = paddle.tensor.array_length(arr)
+        r = paddle.tensor.array_read(arr, paddle.full([1], 1, "int64"))
+        copy = paddle.assign(arr)
+        r2 = paddle.tensor.array_read(copy, i)
+    prog = fj.Program.parse(main.desc.serialize_to_string())
+    xs = np.ones((2, 3), "float32")
+    fetch = [n.name, r.name, r2.name]
+    _close(_run_here(prog, {"x": xs}, fetch), po.run(main, {"x": xs}, fetch))
+
+
+def test_random_ops_inside_a_branch_and_a_loop_draw_numbers():
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = 5
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=[4])
+        y = layer.cond(layer.reduce_sum(x) > 0.0, lambda: layer.dropout(x, 0.5), lambda: x)
+        i = layer.fill_constant([1], "int64", 0)
+        n = layer.fill_constant([1], "int64", 3)
+        acc = layer.fill_constant([4], "float32", 0.0)
+        _, acc = layer.while_loop(lambda i, a: i < n, lambda i, a: [
+            layer.increment(i), a + layer.uniform_random([4], min=0.0, max=1.0)], [i, acc])
+    exe, scope = fj.Executor(), fj.Scope()
+    feed = {"x": np.ones((8, 4), "float32")}
+    first = exe.run(main, feed=feed, fetch_list=[y, acc], scope=scope)
+    second = exe.run(main, feed=feed, fetch_list=[y, acc], scope=scope)
+    assert 0 < np.count_nonzero(first[0]) < first[0].size          # some dropped, some kept
+    assert np.all((first[1] > 0) & (first[1] < 3)) and not np.array_equal(first[1], second[1])

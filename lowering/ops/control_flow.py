@@ -131,6 +131,9 @@ def _branch(ctx, sub, out_names: list[str], key):
         outs = []
         for n, struct in zip(out_names, structs):
             before = values.get(n, ctx.env.get(n))
+            if isinstance(before, TensorArray) and isinstance(struct, TensorArray) \
+                    and before.capacity < struct.buffer.shape[0]:
+                before = before.grown(struct.buffer.shape[0] - before.capacity)   # written in the branch
             outs.append(_strong(before) if before is not None and _same_structure(before, struct)
                         else _zeros(struct))
         return outs
@@ -310,9 +313,15 @@ class _Loop:
             else:
                 init[n] = _strong(v)
         self.consts = {n: v for n, v in given.items() if n not in self.carried}
+        # Arrays the body writes keep one capacity through the loop: room made before it starts.
+        writes = sum(1 for o in _ops_within(sub.block) if o.type == "write_to_array")
+        self.room = writes * (_bound(fwd_op) or DEFAULT_LOOP_CAPACITY)
+        for n, v in init.items():
+            if isinstance(v, TensorArray):
+                init[n] = v.grown(self.room)
         if missing:
             # Variables the body writes for the first time: zeros of the type one iteration gives.
-            written = jax.eval_shape(lambda c: self.sub({**self.consts, **c}, self._key(0)), init)
+            written = jax.eval_shape(lambda c: self._body(c, self.consts, 0), init)
             for n in missing:
                 if n not in written:
                     raise OpRuntimeError(f"{_where(fwd_op)}: output {n!r} has no value before the loop and "
@@ -325,7 +334,7 @@ class _Loop:
         return None if self.key is None else jax.random.fold_in(self.key, i)
 
     def _check_types(self) -> None:
-        after = jax.eval_shape(lambda c: self.sub({**self.consts, **c}, self._key(0)), self.init)
+        after = jax.eval_shape(lambda c: self._body(c, self.consts, 0), self.init)
         for n in self.carried:
             if n not in after:
                 continue
@@ -341,9 +350,12 @@ class _Loop:
                     f"{_where(self.op)}: loop variable {n!r} changes dtype across iterations "
                     f"({[str(x.dtype) for x in la]} before, {[str(y.dtype) for y in lb]} after one)")
 
+    def _body(self, carry: dict, consts: dict, i) -> dict:
+        return self.sub({**consts, **carry, _IN_LOOP: self.room}, self._key(i))
+
     def step(self, carry: dict, consts: dict, i) -> dict:
         """One iteration: the body run on ``carry`` (and ``consts``); the new carry."""
-        written = self.sub({**consts, **carry}, self._key(i))
+        written = self._body(carry, consts, i)
         return {n: _strong(written[n]) if n in written else carry[n] for n in self.carried}
 
     def running(self, carry: dict):
@@ -359,6 +371,22 @@ class _Loop:
             return self.step(c, consts, i), i + 1
 
         return lax.while_loop(cond, body, (carry, jnp.zeros((), jnp.int32)))
+
+
+def _ops_within(block):
+    """The ops of ``block`` and of the sub-blocks its ops run."""
+    from ..lower import block_refs
+
+    seen, stack = set(), [block]
+    while stack:
+        b = stack.pop()
+        if b.idx in seen:
+            continue
+        seen.add(b.idx)
+        for o in b.ops:
+            yield o
+            stack.extend(b.program.blocks[i] for i in block_refs(o)
+                         if isinstance(i, (int, np.integer)) and 0 <= i < len(b.program.blocks))
 
 
 def _forward_while(ctx, sub_block):
@@ -513,3 +541,140 @@ def is_empty(ctx):
     """Whether X has no elements (a bool scalar; static under XLA)."""
     x = ctx.input("X")
     return {"Out": jnp.asarray(int(np.prod(x.shape)) == 0)}
+
+
+# -- tensor arrays (no LoD) ------------------------------------------------------------------------
+# A LOD_TENSOR_ARRAY inside a step is a TensorArray: a buffer of static capacity plus its length
+# (docs/control_flow.md). Outside loops each write grows the capacity by one at trace time; a
+# loop grows the arrays its body writes before it starts (the carry keeps one shape).
+DEFAULT_LOOP_CAPACITY = 64     # room per write op in a loop without max_iterations
+_IN_LOOP = "@fluidjax:loop_array_room@"    # env marker inside a loop body: room per array write
+
+
+@jax.tree_util.register_pytree_node_class
+class TensorArray:
+    """A tensor array: ``buffer`` [capacity, *element shape] and ``length`` (int32 scalar)."""
+
+    __slots__ = ("buffer", "length")
+
+    def __init__(self, buffer, length) -> None:
+        self.buffer = buffer
+        self.length = length
+
+    def tree_flatten(self):
+        return (self.buffer, self.length), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+    @property
+    def capacity(self) -> int:
+        return int(self.buffer.shape[0])
+
+    def grown(self, extra: int) -> "TensorArray":
+        """The same array with room for ``extra`` more elements."""
+        if extra <= 0:
+            return self
+        pad = jnp.zeros((extra,) + tuple(self.buffer.shape[1:]), self.buffer.dtype)
+        return TensorArray(jnp.concatenate([self.buffer, pad]), self.length)
+
+    def __repr__(self) -> str:
+        return f"TensorArray(capacity={self.capacity}, element={tuple(self.buffer.shape[1:])}, {self.buffer.dtype})"
+
+
+def _index(ctx, slot: str = "I"):
+    i = jnp.asarray(ctx.input(slot))
+    if i.size != 1:
+        raise OpRuntimeError(f"{_where(ctx.op)}: {slot} must hold one integer, got shape {tuple(i.shape)}")
+    return i.reshape(()).astype(jnp.int32)
+
+
+def _array(ctx, value, what: str) -> TensorArray:
+    if not isinstance(value, TensorArray):
+        raise OpRuntimeError(f"{_where(ctx.op)}: {what} is not a tensor array with elements (was it written?)")
+    return value
+
+
+def _write_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("write_to_array", inputs="X I", outputs="Out", infer_shape=_write_shape, no_grad_inputs=["I"], grad=None)
+def write_to_array(ctx):
+    """Out[I] = X; the array grows to I + 1 elements when shorter (Paddle's semantics)."""
+    x = _strong(jnp.asarray(ctx.input("X")))
+    i = _index(ctx)
+    name = ctx.op.output("Out")[0]
+    array = ctx.env.get(name)
+    room = ctx.env.get(_IN_LOOP)
+    if not isinstance(array, TensorArray):
+        capacity = room if room else 1
+        array = TensorArray(jnp.zeros((capacity,) + x.shape, x.dtype), jnp.zeros((), jnp.int32))
+    elif not room:
+        array = array.grown(1)
+    if tuple(array.buffer.shape[1:]) != x.shape:
+        raise OpRuntimeError(f"{_where(ctx.op)}: array {name!r} holds elements of shape "
+                             f"{tuple(array.buffer.shape[1:])}, X has shape {x.shape}; under XLA every element "
+                             "of an array has one shape")
+    buffer = array.buffer.at[i].set(x.astype(array.buffer.dtype), mode="drop")
+    length = jnp.minimum(jnp.maximum(array.length, i + 1), array.capacity)
+    return {"Out": TensorArray(buffer, length.astype(jnp.int32))}
+
+
+def _read_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", x.shape, x.dtype, 0)
+
+
+@op("read_from_array", inputs="X I X_W?", outputs="Out", infer_shape=_read_shape, no_grad_inputs=["I"], grad=None)
+def read_from_array(ctx):
+    """Out = X[I] (an index past the capacity reads the last slot: XLA clamps)."""
+    array = _array(ctx, ctx.input("X"), "X")
+    return {"Out": lax.dynamic_index_in_dim(array.buffer, jnp.clip(_index(ctx), 0, array.capacity - 1),
+                                            keepdims=False)}
+
+
+def _length_shape(ctx: InferShapeContext) -> None:
+    ctx.set_output("Out", (1,), "int64", 0)
+
+
+@op("lod_array_length", inputs="X", outputs="Out", infer_shape=_length_shape, grad=None)
+def lod_array_length(ctx):
+    """The number of elements of array X, int64 of shape [1]."""
+    value = ctx.input("X")
+    length = value.length if isinstance(value, TensorArray) else jnp.zeros((), jnp.int32)
+    return {"Out": length.astype(jnp.int64).reshape(1)}
+
+
+def _to_tensor_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    axis = int(ctx.attr("axis") or 0)
+    shape = list(x.shape)
+    if ctx.attr("use_stack"):
+        axis = axis + len(shape) + 1 if axis < 0 else axis
+        shape.insert(axis, -1)
+    elif shape:
+        axis = axis + len(shape) if axis < 0 else axis
+        shape[axis] = -1
+    ctx.set_output("Out", shape, x.dtype, 0)
+    ctx.set_output("OutIndex", (-1,), "int32", 0)
+
+
+@op("tensor_array_to_tensor", inputs="X", outputs="Out OutIndex", attrs={"axis": 0, "use_stack": False},
+    infer_shape=_to_tensor_shape, no_grad_outputs=["OutIndex"], grad=None)
+def tensor_array_to_tensor(ctx):
+    """The array's elements stacked (``use_stack``) or concatenated along ``axis``; OutIndex gives
+    each element's size along ``axis``. XLA needs a static shape, so every slot of the buffer is
+    used: the array must be full (length == capacity), which is what writes at 0..n-1 give."""
+    array = _array(ctx, ctx.input("X"), "X")
+    elements = [array.buffer[k] for k in range(array.capacity)]
+    axis = int(ctx.attr("axis"))
+    if ctx.attr("use_stack"):
+        out = jnp.stack(elements, axis=axis)
+        index = jnp.ones((len(elements),), jnp.int32)
+    else:
+        out = jnp.concatenate(elements, axis=axis)
+        index = jnp.full((len(elements),), elements[0].shape[axis], jnp.int32)
+    return {"Out": out, "OutIndex": index}

@@ -20,6 +20,14 @@ def _check_while(case):
     t.check_paddle_while_program_runs_here()
 
 
+def _check_arrays(case):
+    # An array is made and read by several ops: one program exercises them all, both ways.
+    import test_control_flow as t
+
+    t.test_arrays_outside_and_inside_a_loop_match_paddle()
+    t.test_paddle_array_program_runs_here()
+
+
 CASES = [
     # Paddle leaves the gradient of the input Mask does not select unwritten (fluidjax: zeros), so
     # gradients are checked on a float64 row against finite differences.
@@ -38,4 +46,6 @@ CASES = [
     Case("is_empty", {"X": rand(2, 3)}, batch_dims=()),
     Case("conditional_block", check=_check_conditional_block),
     Case("while", check=_check_while),
+    *[Case(op_type, check=_check_arrays) for op_type in
+      ("write_to_array", "read_from_array", "lod_array_length", "tensor_array_to_tensor")],
 ]
