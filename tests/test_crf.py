@@ -172,3 +172,40 @@ def test_edit_distance_layer_erases_ignored_tokens():
     keep = lambda s: [t for t in s if t not in (0, 9)]  # noqa: E731
     assert int(np.asarray(n)[0]) == 3
     np.testing.assert_array_equal(np.asarray(out)[:, 0], [levenshtein(keep(h), keep(r)) for h, r in zip(hyps, refs)])
+
+
+def test_padded_form_with_lengths_agrees_with_the_lod_form():
+    """The same sequences as LoD rows and as a padded batch with lengths: same costs, same paths
+    (each form is checked against Paddle in the op table; this ties the layers' two forms)."""
+    lengths = [4, 0, 2, 5]
+    width, rows = max(lengths), sum(lengths)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(rows, TAGS)).astype("float32")
+    y = rng.integers(0, TAGS, (rows, 1)).astype("int64")
+    padded_x = np.zeros((len(lengths), width, TAGS), "float32")
+    padded_y = np.zeros((len(lengths), width), "int64")
+    start = 0
+    for n, length in enumerate(lengths):
+        padded_x[n, :length], padded_y[n, :length] = x[start:start + length], y[start:start + length, 0]
+        start += length
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        e = layer.data("e", dims=TAGS, lod_level=1)
+        t = layer.data("t", dims=1, dtype="int64", lod_level=1)
+        pe = layer.data("pe", shape=[width, TAGS])
+        pt = layer.data("pt", shape=[width], dtype="int64")
+        n = layer.data("n", shape=[], dtype="int64")
+        attr = fj.ParamAttr(name="crfw")
+        cost = layer.linear_chain_crf(e, t, param_attr=attr)
+        path = layer.crf_decoding(e, param_attr=attr)
+        padded_cost = layer.linear_chain_crf(pe, pt, param_attr=attr, length=n)
+        padded_path = layer.crf_decoding(pe, param_attr=attr, length=n)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    a, p, pa, pp = exe.run(main, scope=scope, fetch_list=[cost, path, padded_cost, padded_path], feed={
+        "e": _lod(x, lengths), "t": _lod(y, lengths), "pe": padded_x, "pt": padded_y,
+        "n": np.asarray(lengths, "int64")})
+    np.testing.assert_allclose(a, pa, rtol=1e-6)
+    assert pp.shape == (len(lengths), width)
+    np.testing.assert_array_equal(np.concatenate([pp[k, :length] for k, length in enumerate(lengths)]), p[:, 0])
+    assert not pp[1].any() and not pp[0, 4:].any()                       # 0 past each length
