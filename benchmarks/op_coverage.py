@@ -8,6 +8,11 @@ reported apart: they are the saved format's I/O ops, which the loader (``fj.io``
 
     .venv/bin/python benchmarks/op_coverage.py              # every model
     .venv/bin/python benchmarks/op_coverage.py resnet18 transformer_encoder
+    .venv/bin/python benchmarks/op_coverage.py --run        # also run each model in both systems
+
+With ``--run``, each fully covered model also runs in Paddle (``paddle.static.load_inference_model``)
+and in fluidjax (the parsed program without its feed/fetch ops, the parameters copied from Paddle's
+scope) at batch 2 and batch 1, and the largest relative error of the outputs is printed.
 
 Nothing is written outside the temporary directory; no model file is kept.
 """
@@ -19,6 +24,8 @@ import collections
 import os
 import sys
 import tempfile
+
+import numpy as np
 
 import fluidjax as fj  # noqa: F401  (JAX before Paddle: the other order crashes)
 from fluidjax.ir import registry
@@ -87,15 +94,21 @@ def _seq2seq(kind: str):
 
 MODELS = {
     "resnet18": _vision("resnet18"),
+    "resnet50": _vision("resnet50"),
+    "mobilenet_v1": _vision("mobilenet_v1"),
     "mobilenet_v2": _vision("mobilenet_v2"),
     "mobilenet_v3_small": _vision("mobilenet_v3_small"),
+    "mobilenet_v3_large": _vision("mobilenet_v3_large"),
     "vgg11": _vision("vgg11", 32),
+    "vgg16_bn": _vision("vgg16", 32, batch_norm=True),
     "alexnet": _vision("alexnet", 224),
     "squeezenet1_0": _vision("squeezenet1_0"),
+    "squeezenet1_1": _vision("squeezenet1_1"),
     "shufflenet_v2_x0_25": _vision("shufflenet_v2_x0_25"),
+    "shufflenet_v2_swish": _vision("shufflenet_v2_swish"),
     "densenet121": _vision("densenet121"),
     "googlenet": _vision("googlenet"),
-    "inception_v3": _vision("inception_v3", 299),
+    "inception_v3": _vision("inception_v3", 96),
     "resnext50_32x4d": _vision("resnext50_32x4d"),
     "wide_resnet50_2": _vision("wide_resnet50_2"),
     "lenet": lambda: (paddle.vision.models.LeNet(), [paddle.static.InputSpec([None, 1, 28, 28], "float32", "image")]),
@@ -105,14 +118,19 @@ MODELS = {
 }
 
 
-def saved_op_types(build, directory: str) -> collections.Counter:
-    """Op types (all blocks) of the model ``build()`` makes, as ``paddle.jit.save`` writes it."""
+def save(build, directory: str) -> str:
+    """Save the model ``build()`` makes with ``paddle.jit.save``; its path prefix."""
     paddle.disable_static()
     paddle.seed(0)
     model, specs = build()
     model.eval()
     prefix = os.path.join(directory, "model")
     paddle.jit.save(model, prefix, input_spec=specs)
+    return prefix
+
+
+def saved_op_types(prefix: str) -> collections.Counter:
+    """Op types (all blocks) of the program saved at ``prefix``."""
     with open(prefix + ".pdmodel", "rb") as f:
         data = f.read()
     # fj.Program.parse is the path a loader takes; the raw proto counts ops even where it refuses.
@@ -125,9 +143,67 @@ def saved_op_types(build, directory: str) -> collections.Counter:
     return collections.Counter(types)
 
 
+def _inputs(program, batch: int, rng) -> dict[str, np.ndarray]:
+    feeds = {}
+    for op in program.global_block().ops:
+        if op.type != "feed":
+            continue
+        var = program.global_block().var(op.output("Out")[0])
+        if var.dtype == paddle.int64:
+            # Token ids with some padding (id 0) for the masks to act on.
+            ids = rng.integers(1, 50, (batch, 6 if var.name == "src" else 5))
+            ids[:, -1] = 0
+            feeds[var.name] = ids.astype("int64")
+        else:
+            shape = [batch] + [int(d) for d in var.shape[1:]]
+            feeds[var.name] = rng.standard_normal(shape).astype("float32")
+    return feeds
+
+
+def compare(prefix: str, batches=(2, 1)) -> list[float]:
+    """Run the saved model in Paddle and in fluidjax; the largest relative error per batch size."""
+    paddle.enable_static()
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        program, feed_names, fetch_vars = paddle.static.load_inference_model(prefix, exe)
+    params = {v.name: np.array(scope.find_var(v.name).get_tensor()) for v in program.list_vars()
+              if v.persistable and v.name not in ("feed", "fetch") and scope.find_var(v.name) is not None}
+    with open(prefix + ".pdmodel", "rb") as f:
+        ours = fj.Program.parse(f.read())
+    block = ours.global_block()
+    fetch_names = [op.input("X")[0] for op in block.ops if op.type == "fetch"]
+    for i in reversed(range(len(block.ops))):
+        if block.ops[i].type in IO_OPS:
+            block.remove_op(i)
+    fj_scope = fj.Scope()
+    for name, value in params.items():
+        fj_scope.var(name).get_tensor().set(value)
+    fj_exe = fj.Executor()
+    rng = np.random.default_rng(0)
+    errors = []
+    for batch in batches:
+        feed = _inputs(program, batch, rng)
+        with paddle.static.scope_guard(scope):
+            theirs = exe.run(program, feed=feed, fetch_list=fetch_vars)
+        mine = fj_exe.run(ours, feed=feed, fetch_list=fetch_names, scope=fj_scope)
+        err = 0.0
+        for a, b in zip(mine, theirs):
+            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+            if a.shape != b.shape:
+                return errors + [float("inf")]
+            err = max(err, float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)))
+        errors.append(err)
+    paddle.disable_static()
+    return errors
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help=f"models to check (default: all of {', '.join(MODELS)})")
+    parser.add_argument("--run", action="store_true",
+                        help="also run each covered model in Paddle and fluidjax (batch 2 and 1) and print "
+                             "the largest relative error of its outputs")
     args = parser.parse_args(argv)
     names = args.models or list(MODELS)
     unknown = [n for n in names if n not in MODELS]
@@ -136,15 +212,24 @@ def main(argv=None) -> int:
     known = set(registry.registered_types())
     missing_anywhere: dict[str, list[str]] = collections.defaultdict(list)
     covered_models = 0
-    print(f"{'model':<22} {'ops':>5} {'types':>5}  missing op types (besides feed/fetch)")
+    run_note = "  rel. error batch 2 / 1" if args.run else ""
+    print(f"{'model':<22} {'ops':>5} {'types':>5}  missing op types (besides feed/fetch){run_note}")
     for name in names:
         with tempfile.TemporaryDirectory() as tmp:
-            counts = saved_op_types(MODELS[name], tmp)
-        missing = sorted(t for t in counts if t not in known and t not in IO_OPS)
+            prefix = save(MODELS[name], tmp)
+            counts = saved_op_types(prefix)
+            missing = sorted(t for t in counts if t not in known and t not in IO_OPS)
+            result = ""
+            if args.run and not missing:
+                try:
+                    result = "  " + " / ".join(f"{e:.1e}" for e in compare(prefix))
+                except Exception as e:  # noqa: BLE001 - report the failure and go on with the next model
+                    result = f"  run failed: {type(e).__name__}: {str(e).splitlines()[0][:150]}"
         for t in missing:
             missing_anywhere[t].append(name)
         covered_models += not missing
-        print(f"{name:<22} {sum(counts.values()):>5} {len(counts):>5}  {', '.join(missing) or '-'}", flush=True)
+        print(f"{name:<22} {sum(counts.values()):>5} {len(counts):>5}  {', '.join(missing) or '-'}{result}",
+              flush=True)
     print(f"\n{covered_models}/{len(names)} models use only registered ops (plus feed/fetch).")
     if missing_anywhere:
         print("missing op types, and the models that use them:")

@@ -1,1 +1,568 @@
-"""Op definitions (being filled in; see the module's issue)."""
+"""Vision ops beyond 2-D convolution: pixel_shuffle, conv3d/pool3d, resizing (linear, bicubic,
+trilinear; sizes from attributes or tensors), affine_grid/grid_sampler, and the detection ops
+(roi_align, box_coder, prior_box, yolo_box).
+
+Tensor-valued sizes (``OutSize``, ``SizeTensor``, ``Scale`` of the ``*_interp_v2`` ops) change the
+output's shape, and XLA compiles static shapes: their values must be known when the block is
+lowered. A rule reads them when they are concrete (computed from static shapes and constants
+before tracing); otherwise it falls back to the output shape the program declares (a program
+whose sizes never change declares them), and failing that raises a clear error. A fed size
+tensor is a run-time value inside ``jax.jit``: supporting it means making such feeds part of the
+compile key, as a shape is (a job for the Executor; see the report of this module's author).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ...ir.errors import OpRuntimeError
+from ...ir.registry import Attr, op
+from ...ir.shape import InferShapeContext, same_as
+
+
+def _fail(ctx, message: str):
+    raise OpRuntimeError(f"op {ctx.opdef.type!r}: {message}")
+
+
+def _static(ctx, slots, what: str, kind=int) -> list | None:
+    """The values of tensor-input slots when concrete; None when the slots are empty; raises a
+    :class:`OpRuntimeError` (``_NotStatic``) when a value is only known at run time."""
+    values = [v for s in slots for v in ctx.inputs(s) if v is not None]
+    if not values:
+        return None
+    out = []
+    for v in values:
+        if isinstance(v, jax.core.Tracer):
+            raise _NotStatic(f"op {ctx.opdef.type!r}: {what} given as a tensor is only known at run time, but "
+                             f"it sets the output's shape and XLA needs static shapes")
+        out.extend(kind(i) for i in np.asarray(v).reshape(-1))
+    return out
+
+
+class _NotStatic(OpRuntimeError):
+    """A shape-setting tensor whose value is not known while the block is lowered."""
+
+
+# -- pixel_shuffle ---------------------------------------------------------------------------------
+def _pixel_shuffle_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    r = ctx.attr("upscale_factor")
+    last = ctx.attr("data_format") == "NHWC"
+    ctx.check(x.ndim == 4, f"X must be 4-D, got {x.shape}")
+    ctx.check(r > 0, f"upscale_factor must be positive, got {r}")
+    n, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if last else x.shape
+    ctx.check(c < 0 or c % (r * r) == 0, f"X's {c} channels are not divisible by upscale_factor² = {r * r}")
+    oc = c // (r * r) if c >= 0 else -1
+    oh, ow = (h * r if h >= 0 else -1), (w * r if w >= 0 else -1)
+    ctx.set_output("Out", (n, oh, ow, oc) if last else (n, oc, oh, ow), x.dtype, 0)
+
+
+@op("pixel_shuffle", inputs="X", outputs="Out", attrs={"upscale_factor": 1, "data_format": "NCHW"},
+    infer_shape=_pixel_shuffle_shape)
+def pixel_shuffle(ctx):
+    """[N, C·r², H, W] -> [N, C, H·r, W·r]: each group of r² channels becomes an r × r block."""
+    x = ctx.input("X")
+    r = int(ctx.attr("upscale_factor"))
+    if ctx.attr("data_format") == "NHWC":
+        n, h, w, c = x.shape
+        y = x.reshape(n, h, w, c // (r * r), r, r).transpose(0, 1, 4, 2, 5, 3)
+        return {"Out": y.reshape(n, h * r, w * r, c // (r * r))}
+    n, c, h, w = x.shape
+    y = x.reshape(n, c // (r * r), r, r, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return {"Out": y.reshape(n, c // (r * r), h * r, w * r)}
+
+
+# -- conv3d / pool3d ---------------------------------------------------------------------------------
+def _triple(values, name: str, n: int = 3) -> list[int]:
+    values = [int(v) for v in values]
+    if len(values) == 1:
+        values = values * n
+    if len(values) != n:
+        raise ValueError(f"{name} needs {n} values, got {values}")
+    return values
+
+
+def _nd_padding(paddings, algorithm: str, in_sizes, ksize, strides, dilations):
+    """Paddle's UpdatePaddingAndDilation for n spatial dims: [(before, after)] and the dilations."""
+    n = len(in_sizes)
+    paddings = [int(p) for p in paddings]
+    if len(paddings) == n:
+        pads = [(p, p) for p in paddings]
+    elif len(paddings) == 2 * n:
+        pads = [(paddings[2 * i], paddings[2 * i + 1]) for i in range(n)]
+    else:
+        raise ValueError(f"paddings needs {n} or {2 * n} values, got {paddings}")
+    dilations = list(dilations)
+    if algorithm == "VALID":
+        pads = [(0, 0)] * n
+    elif algorithm == "SAME":
+        pads = []
+        for i, (size, k, s) in enumerate(zip(in_sizes, ksize, strides)):
+            if size < 0:
+                pads.append((-1, -1))
+                continue
+            out = (size + s - 1) // s
+            total = max((out - 1) * s + k - size, 0)
+            pads.append((total // 2, total - total // 2))
+            dilations[i] = 1
+    return pads, dilations
+
+
+def _layout3d(fmt: str) -> bool:
+    """Whether a 3-D data_format is channel-last."""
+    return fmt == "NDHWC"
+
+
+def _spatial3d(shape, last: bool):
+    return tuple(shape[1:4]) if last else tuple(shape[2:5])
+
+
+def _image3d(n, c, dhw, last: bool):
+    return (n, *dhw, c) if last else (n, c, *dhw)
+
+
+def _check_3d_attrs(ctx: InferShapeContext) -> None:
+    algo = ctx.attr("padding_algorithm")
+    ctx.check(algo in ("EXPLICIT", "SAME", "VALID"),
+              f"padding_algorithm must be 'EXPLICIT', 'SAME' or 'VALID', got {algo!r}")
+    fmt = ctx.attr("data_format")
+    ctx.check(fmt in ("NCDHW", "NDHWC", "AnyLayout"), f"data_format must be 'NCDHW' or 'NDHWC', got {fmt!r}")
+    ctx.check(len(ctx.attr("paddings")) in (3, 6), f"paddings needs 3 or 6 values, got {ctx.attr('paddings')}")
+
+
+def _conv3d_geometry(x_shape, w_shape, attrs):
+    last = _layout3d(attrs["data_format"])
+    strides = _triple(attrs["strides"], "strides")
+    pads, dil = _nd_padding(attrs["paddings"], attrs["padding_algorithm"], _spatial3d(x_shape, last),
+                            w_shape[2:], strides, _triple(attrs["dilations"], "dilations"))
+    return last, strides, pads, dil
+
+
+def _conv3d_shape(ctx: InferShapeContext) -> None:
+    x, w = ctx.input("Input"), ctx.input("Filter")
+    _check_3d_attrs(ctx)
+    ctx.check(x.ndim == 5, f"Input must be 5-D ({ctx.attr('data_format')}), got {x.shape}")
+    ctx.check(w.ndim == 5, f"Filter must be 5-D [out_c, in_c / groups, kd, kh, kw], got {w.shape}")
+    ctx.check(x.dtype == w.dtype, f"Input is {x.dtype} but Filter is {w.dtype}")
+    groups = ctx.attr("groups") or 1
+    last, strides, pads, dil = _conv3d_geometry(x.shape, w.shape, {k: ctx.attr(k) for k in _CONV3D_ATTRS})
+    c = x.shape[4] if last else x.shape[1]
+    ctx.check(c < 0 or w.shape[1] < 0 or c == w.shape[1] * groups,
+              f"Input has {c} channels but Filter {w.shape} expects {w.shape[1]} × groups={groups}")
+    out = []
+    for size, k, s, d, p in zip(_spatial3d(x.shape, last), w.shape[2:], strides, dil, pads):
+        out.append(-1 if size < 0 or p[0] < 0 else (size + p[0] + p[1] - (d * (k - 1) + 1)) // s + 1)
+    ctx.check(all(d > 0 or d == -1 for d in out), f"the output would be empty ({out})")
+    ctx.set_output("Output", _image3d(x.shape[0], w.shape[0], out, last), x.dtype, 0)
+
+
+_CONV3D_ATTRS = {"strides": Attr("ints", [1, 1, 1]), "paddings": Attr("ints", [0, 0, 0]),
+                 "padding_algorithm": "EXPLICIT", "groups": 1, "dilations": Attr("ints", [1, 1, 1]),
+                 "data_format": "NCDHW"}
+
+
+@op("conv3d", inputs="Input Filter", outputs="Output", attrs=_CONV3D_ATTRS, infer_shape=_conv3d_shape)
+def conv3d(ctx):
+    """3-D convolution (cross-correlation) of Input [N, C, D, H, W] (or NDHWC) with Filter
+    [out_c, in_c / groups, kd, kh, kw]; ``paddings`` holds 3 values or 6 (before/after per dim)."""
+    x, w = ctx.input("Input"), ctx.input("Filter")
+    last, strides, pads, dil = _conv3d_geometry(x.shape, w.shape, {k: ctx.attr(k) for k in _CONV3D_ATTRS})
+    dims = ("NDHWC", "OIDHW", "NDHWC") if last else ("NCDHW", "OIDHW", "NCDHW")
+    out = lax.conv_general_dilated(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
+                                   dimension_numbers=dims, feature_group_count=ctx.attr("groups") or 1)
+    return {"Output": out}
+
+
+_POOL3D_NAMES = ("ksize", "strides", "paddings", "ceil_mode", "exclusive", "global_pooling", "adaptive",
+                 "padding_algorithm")
+
+
+def _pool3d_geometry(in_sizes, attrs):
+    """(ksize, strides, pads, output sizes) of a pool3d (Paddle's pool2d rules in 3 dims)."""
+    ksize = _triple(attrs["ksize"], "ksize")
+    strides = _triple(attrs["strides"], "strides")
+    paddings = attrs["paddings"]
+    if attrs.get("global_pooling"):
+        ksize = list(in_sizes)
+        paddings = [0, 0, 0]
+    if attrs.get("adaptive"):
+        return ksize, strides, [(0, 0)] * 3, list(ksize)
+    pads, _ = _nd_padding(paddings, attrs.get("padding_algorithm") or "EXPLICIT", in_sizes, ksize, strides,
+                          [1, 1, 1])
+    if attrs.get("global_pooling"):
+        pads = [(0, 0)] * 3
+    out = []
+    for size, k, s, p in zip(in_sizes, ksize, strides, pads):
+        if size < 0 or k < 0 or p[0] < 0:
+            out.append(-1)
+        elif attrs.get("ceil_mode"):
+            out.append((size + p[0] + p[1] - k + s - 1) // s + 1)
+        else:
+            out.append((size + p[0] + p[1] - k) // s + 1)
+    return ksize, strides, pads, out
+
+
+def _pool3d_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    _check_3d_attrs(ctx)
+    ctx.check(ctx.attr("pooling_type") in ("max", "avg"),
+              f"pooling_type must be 'max' or 'avg', got {ctx.attr('pooling_type')!r}")
+    ctx.check(x.ndim == 5, f"X must be 5-D ({ctx.attr('data_format')}), got {x.shape}")
+    last = _layout3d(ctx.attr("data_format"))
+    _, _, _, out = _pool3d_geometry(_spatial3d(x.shape, last), {k: ctx.attr(k) for k in _POOL3D_NAMES})
+    ctx.check(all(d > 0 or d == -1 for d in out), f"the output would be empty ({out})")
+    ctx.set_output("Out", _image3d(x.shape[0], x.shape[4] if last else x.shape[1], out, last), x.dtype, 0)
+
+
+@op("pool3d", inputs="X", outputs="Out",
+    attrs={"ksize": Attr("ints", [1, 1, 1]), "strides": Attr("ints", [1, 1, 1]), "paddings": Attr("ints", [0, 0, 0]),
+           "ceil_mode": False, "exclusive": True, "data_format": "NCDHW", "pooling_type": "max",
+           "global_pooling": False, "adaptive": False, "padding_algorithm": "EXPLICIT", "use_cudnn": False},
+    infer_shape=_pool3d_shape)
+def pool3d(ctx):
+    """Max or average pooling over 3-D windows, with pool2d's rules (``global_pooling``,
+    ``adaptive`` bins, ``ceil_mode``, ``exclusive`` averages)."""
+    from .conv import _adaptive_pool, _window_counts
+
+    x = ctx.input("X")
+    last = _layout3d(ctx.attr("data_format"))
+    kind = ctx.attr("pooling_type")
+    axes = (1, 2, 3) if last else (2, 3, 4)
+    in_sizes = _spatial3d(x.shape, last)
+    ksize, strides, pads, out = _pool3d_geometry(in_sizes, {k: ctx.attr(k) for k in _POOL3D_NAMES})
+    if ctx.attr("adaptive"):
+        return {"Out": _adaptive_pool(x, axes, out, kind)}
+    window, stride, padding = [1] * 5, [1] * 5, [(0, 0)] * 5
+    for axis, size, k, s, p, o in zip(axes, in_sizes, ksize, strides, pads, out):
+        window[axis], stride[axis] = k, s
+        high = (o - 1) * s + k - size - p[0]
+        if high < 0:
+            x = lax.slice_in_dim(x, 0, size + high, axis=axis)
+            high = 0
+        padding[axis] = (p[0], high)
+    if kind == "max":
+        return {"Out": lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, stride, padding)}
+    total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, stride, padding)
+    count = np.ones((), np.float64)
+    for axis, size, k, s, p, o in zip(axes, in_sizes, ksize, strides, pads, out):
+        shape = [1] * 5
+        shape[axis] = o
+        count = count * _window_counts(size, k, s, p, o, ctx.attr("exclusive")).reshape(shape)
+    return {"Out": total / jnp.asarray(count, x.dtype)}
+
+
+# -- resizing ----------------------------------------------------------------------------------------
+INTERP_ATTRS = {"data_layout": "NCHW", "out_d": 0, "out_h": 0, "out_w": 0, "scale": Attr("floats", []),
+                "interp_method": "bilinear", "align_corners": True, "align_mode": 1}
+_INTERP_RANK = {"linear_interp_v2": 3, "bilinear_interp_v2": 4, "bicubic_interp_v2": 4, "trilinear_interp_v2": 5}
+_SIZE_ATTRS = {1: ("out_w",), 2: ("out_h", "out_w"), 3: ("out_d", "out_h", "out_w")}
+
+
+def _channel_last(layout: str) -> bool:
+    return layout in ("NHWC", "NDHWC", "NWC")
+
+
+def interp_sizes(ctx, x_shape, tensors: bool = True):
+    """(spatial input dims, output dims, per-dim scales or None) of a ``*_interp_v2`` op, Paddle's way:
+    ``SizeTensor`` wins; else a scale (``Scale`` tensor, else the ``scale`` attribute) sets the size,
+    which ``OutSize`` then overrides; else ``out_d``/``out_h``/``out_w``. The scale, when given,
+    also sets the sampling ratio. ``tensors`` False (build time) makes tensor-given dims -1."""
+    last = _channel_last(ctx.attr("data_layout"))
+    spatial = list(x_shape[1:-1] if last else x_shape[2:])
+    n = len(spatial)
+    has = {s: bool([v for v in ctx.inputs(s) if v is not None]) for s in ("SizeTensor", "Scale", "OutSize")}
+    if has["SizeTensor"]:
+        sizes = _static(ctx, ["SizeTensor"], "SizeTensor") if tensors else None
+        return spatial, (sizes if sizes is not None else [-1] * n), None
+    scale = None
+    if has["Scale"]:
+        scale = _static(ctx, ["Scale"], "Scale", float) if tensors else None
+        if scale is None:
+            return spatial, [-1] * n, None
+    else:
+        scale = [float(s) for s in (ctx.attr("scale") or [])]
+    if scale is not None and len(scale) == 1:
+        scale = scale * n
+    if scale and (len(scale) != n or not all(s > 0 for s in scale)):
+        scale = None
+    if scale:
+        out = [int(np.float32(d) * np.float32(s)) if d >= 0 else -1 for d, s in zip(spatial, scale)]
+    else:
+        scale = None
+        out = [int(ctx.attr(k) or 0) for k in _SIZE_ATTRS[n]]
+    if has["OutSize"]:
+        sizes = _static(ctx, ["OutSize"], "OutSize") if tensors else None
+        out = sizes if sizes is not None else [-1] * n
+    return spatial, out, scale
+
+
+def _interp_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    rank = _INTERP_RANK[ctx.op.type]
+    ctx.check(x.ndim == rank, f"X must be {rank}-D ({ctx.attr('data_layout')}), got {x.shape}")
+    _, out, _ = interp_sizes(ctx, x.shape, tensors=False)
+    ctx.check(len(out) == rank - 2, f"the output size needs {rank - 2} values, got {out}")
+    ctx.check(all(d > 0 or d == -1 for d in out),
+              f"the output size must be positive: set {'/'.join(_SIZE_ATTRS[rank - 2])} or a positive scale "
+              f"(got {out})")
+    last = _channel_last(ctx.attr("data_layout"))
+    shape = (x.shape[0], *out, x.shape[-1]) if last else (*x.shape[:2], *out)
+    ctx.set_output("Out", shape, x.dtype, x.lod_level)
+
+
+def _ratio(in_size: int, out_size: int, scale, align_corners: bool) -> np.float32:
+    if out_size <= 1:
+        return np.float32(0.0)
+    if align_corners:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(in_size) / np.float32(out_size)
+
+
+def _linear_axis(x, axis: int, n_in: int, n_out: int, ratio, align_corners: bool, align_mode: int):
+    k = np.arange(n_out, dtype=np.float32)
+    half_pixel = align_mode == 0 and not align_corners
+    if half_pixel:
+        src = np.maximum(ratio * (k + np.float32(0.5)) - np.float32(0.5), np.float32(0.0))
+    else:
+        src = ratio * k
+    lo = np.minimum(np.maximum(src.astype(np.int64), 0), n_in - 1)
+    hi = np.where(lo < n_in - 1, lo + 1, lo)
+    frac = (src - lo.astype(np.float32)).astype(np.float32)
+    shape = [1] * x.ndim
+    shape[axis] = n_out
+    w_hi = jnp.asarray(frac.reshape(shape), x.dtype)
+    w_lo = jnp.asarray((np.float32(1.0) - frac).reshape(shape), x.dtype)
+    return jnp.take(x, jnp.asarray(lo), axis=axis) * w_lo + jnp.take(x, jnp.asarray(hi), axis=axis) * w_hi
+
+
+def _cubic_weights(t: np.ndarray, a: float = -0.75) -> np.ndarray:
+    """Keys' cubic convolution weights (A = -0.75, Paddle's) of the 4 taps around fraction t."""
+    def near(d):            # |d| <= 1
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+
+    def far(d):             # 1 < |d| < 2
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+
+    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
+
+
+def _cubic_axis(x, axis: int, n_in: int, n_out: int, ratio, align_corners: bool):
+    k = np.arange(n_out, dtype=np.float32)
+    src = ratio * k if align_corners else ratio * (k + np.float32(0.5)) - np.float32(0.5)
+    base = np.floor(src).astype(np.int64)
+    t = (src - base).astype(np.float32)
+    weights = _cubic_weights(t)                               # [n_out, 4]
+    out = 0
+    shape = [1] * x.ndim
+    shape[axis] = n_out
+    for tap in range(4):
+        idx = np.clip(base - 1 + tap, 0, n_in - 1)
+        out = out + jnp.take(x, jnp.asarray(idx), axis=axis) * jnp.asarray(weights[:, tap].reshape(shape), x.dtype)
+    return out
+
+
+def _nearest_axis(x, axis: int, n_in: int, n_out: int, ratio, align_corners: bool):
+    k = np.arange(n_out, dtype=np.float32)
+    src = (ratio * k + np.float32(0.5)) if align_corners else ratio * k
+    idx = np.minimum(src.astype(np.int64), n_in - 1)
+    return jnp.take(x, jnp.asarray(idx), axis=axis)
+
+
+def resize(ctx, method: str):
+    """The ``*_interp_v2`` JAX rule: ``method`` "linear" (bi-/trilinear too), "cubic" or "nearest",
+    separably along each spatial axis."""
+    x = ctx.input("X")
+    try:
+        spatial, out, scale = interp_sizes(ctx, x.shape)
+    except _NotStatic as e:
+        var = ctx.out_var("Out")
+        declared = tuple(var.shape) if var is not None else ()
+        last = _channel_last(ctx.attr("data_layout"))
+        declared_spatial = list(declared[1:-1] if last else declared[2:])
+        if len(declared_spatial) != x.ndim - 2 or any(d < 0 for d in declared_spatial):
+            raise OpRuntimeError(f"{e}; feed the size as an attribute (out_h/out_w or scale), or compute it from "
+                                 f"shapes and constants of the program") from None
+        spatial, out, scale = list(x.shape[1:-1] if last else x.shape[2:]), declared_spatial, None
+    if any(d <= 0 for d in out):
+        _fail(ctx, f"the output size must be positive, got {out}")
+    align_corners, align_mode = bool(ctx.attr("align_corners")), int(ctx.attr("align_mode"))
+    first = 1 if _channel_last(ctx.attr("data_layout")) else 2
+    for i, (n_in, n_out) in enumerate(zip(spatial, out)):
+        axis = first + i
+        ratio = _ratio(n_in, n_out, scale[i] if scale else None, align_corners)
+        if method == "nearest":
+            x = _nearest_axis(x, axis, n_in, n_out, ratio, align_corners)
+        elif method == "cubic":
+            x = _cubic_axis(x, axis, n_in, n_out, ratio, align_corners)
+        else:
+            x = _linear_axis(x, axis, n_in, n_out, ratio, align_corners, align_mode)
+    return {"Out": x}
+
+
+_INTERP_SLOTS = "X OutSize? SizeTensor*? Scale?"
+_INTERP_NO_GRAD = ["OutSize", "SizeTensor", "Scale"]
+
+
+@op("linear_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=_interp_shape,
+    no_grad_inputs=_INTERP_NO_GRAD)
+def linear_interp_v2(ctx):
+    """Linear resize of a 3-D X (NCW, or NWC written "NHWC" as Paddle does) to ``out_w`` (or width × ``scale``, or the OutSize /
+    SizeTensor / Scale tensors); ``align_corners`` and ``align_mode`` as in bilinear_interp_v2."""
+    return resize(ctx, "linear")
+
+
+@op("trilinear_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=_interp_shape,
+    no_grad_inputs=_INTERP_NO_GRAD)
+def trilinear_interp_v2(ctx):
+    """Trilinear resize of a 5-D X (NCDHW or NDHWC) to out_d × out_h × out_w (or the input × scale,
+    or the size tensors)."""
+    return resize(ctx, "linear")
+
+
+@op("bicubic_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=_interp_shape,
+    no_grad_inputs=_INTERP_NO_GRAD)
+def bicubic_interp_v2(ctx):
+    """Bicubic resize of a 4-D X (Keys' kernel, A = -0.75; edge pixels repeat): ``align_corners``
+    maps corners onto corners, otherwise half-pixel centres (``align_mode`` is not used)."""
+    return resize(ctx, "cubic")
+
+
+# -- affine_grid / grid_sampler --------------------------------------------------------------------
+def _affine_out_shape(ctx, theta_ndim: int) -> list[int] | None:
+    shape = _static(ctx, ["OutputShape"], "OutputShape") if ctx.input("OutputShape") is not None else None
+    return shape if shape is not None else [int(d) for d in ctx.attr("output_shape")]
+
+
+def _affine_grid_shape(ctx: InferShapeContext) -> None:
+    theta = ctx.input("Theta")
+    ctx.check(theta.ndim == 3 and theta.shape[1:] in ((2, 3), (3, 4), (-1, 3), (-1, 4), (2, -1), (3, -1)),
+              f"Theta must be [N, 2, 3] or [N, 3, 4], got {theta.shape}")
+    if ctx.input("OutputShape") is not None:
+        n = ctx.input("OutputShape").shape[0] if ctx.input("OutputShape").ndim else -1
+        spatial = [-1] * (n - 2 if n >= 4 else (2 if theta.shape[1] == 2 else 3))
+    else:
+        shape = list(ctx.attr("output_shape"))
+        ctx.check(len(shape) in (4, 5), f"output_shape must be [N, C, H, W] or [N, C, D, H, W], got {shape}")
+        spatial = shape[2:]
+    ctx.set_output("Output", (theta.shape[0], *spatial, len(spatial)), theta.dtype, 0)
+
+
+def _base_coords(n: int, align_corners: bool, dtype) -> np.ndarray:
+    """n points in [-1, 1]: the ends themselves (align_corners), else the pixel centres."""
+    if n <= 1:
+        return np.zeros((max(n, 1),), dtype)
+    base = np.linspace(-1.0, 1.0, n)
+    if not align_corners:
+        base = base * (n - 1) / n
+    return base.astype(dtype)
+
+
+@op("affine_grid", inputs="Theta OutputShape?", outputs="Output",
+    attrs={"output_shape": Attr("ints", []), "align_corners": True}, infer_shape=_affine_grid_shape,
+    no_grad_inputs=["OutputShape"])
+def affine_grid(ctx):
+    """The sampling grid of an affine transform: Output[n, h, w] = Theta[n] @ (x_w, y_h, 1) for the
+    normalised coordinates of an output of ``output_shape`` [N, C, H, W] (3-D: [N, C, D, H, W] with
+    Theta [N, 3, 4]); the grid grid_sampler takes."""
+    theta = ctx.input("Theta")
+    try:
+        shape = _affine_out_shape(ctx, theta.ndim)
+    except _NotStatic as e:
+        var = ctx.out_var("Output")
+        if var is None or any(d < 0 for d in var.shape[1:]):
+            raise OpRuntimeError(f"{e}; give output_shape as the attribute") from None
+        shape = [theta.shape[0], 1, *var.shape[1:-1]]
+    align = bool(ctx.attr("align_corners"))
+    dtype = np.dtype(theta.dtype)
+    spatial = shape[2:]
+    axes = [_base_coords(s, align, dtype) for s in spatial]          # (d,) h, w
+    mesh = np.meshgrid(*axes, indexing="ij")
+    # The homogeneous coordinate vector is (x, y[, z], 1): x runs along the last (width) axis.
+    coords = np.stack(list(reversed(mesh)) + [np.ones_like(mesh[0])], axis=-1)   # [(D,) H, W, k+1]
+    grid = jnp.einsum("...k,njk->n...j", jnp.asarray(coords, theta.dtype), theta)
+    return {"Output": grid}
+
+
+def _grid_sampler_shape(ctx: InferShapeContext) -> None:
+    x, grid = ctx.input("X"), ctx.input("Grid")
+    ctx.check(x.ndim in (4, 5), f"X must be 4-D or 5-D, got {x.shape}")
+    ctx.check(grid.ndim == x.ndim and grid.shape[-1] in (x.ndim - 2, -1),
+              f"Grid must be [N, H, W, 2] (or [N, D, H, W, 3] for a 5-D X), got {grid.shape}")
+    ctx.check(ctx.attr("mode") in ("bilinear", "nearest"), f"mode must be 'bilinear' or 'nearest', got "
+                                                           f"{ctx.attr('mode')!r}")
+    ctx.check(ctx.attr("padding_mode") in ("zeros", "border", "reflection"),
+              f"padding_mode must be 'zeros', 'border' or 'reflection', got {ctx.attr('padding_mode')!r}")
+    n = x.shape[0] if x.shape[0] >= 0 else grid.shape[0]
+    ctx.set_output("Output", (n, x.shape[1], *grid.shape[1:-1]), x.dtype, 0)
+
+
+def _source_coords(g, size: int, align_corners: bool, padding_mode: str):
+    """Paddle's grid_sample coordinates: unnormalise, then clip (border) or reflect (reflection)."""
+    max_val = size - 1
+    if align_corners:
+        c = (g + 1) * (max_val * 0.5)
+    else:
+        c = (g + 1) * ((max_val + 1) * 0.5) - 0.5
+    if padding_mode == "border":
+        c = jnp.clip(c, 0, max_val)
+    elif padding_mode == "reflection":
+        if align_corners:
+            span = max_val * 2
+            if span == 0:
+                return jnp.zeros_like(c)
+            a = jnp.abs(c)
+            extra = a - jnp.floor(a / span) * span
+            c = jnp.minimum(extra, span - extra)
+        else:
+            span = (max_val + 1) * 2
+            a = jnp.abs(c + 0.5)
+            extra = a - jnp.floor(a / span) * span
+            c = jnp.clip(jnp.minimum(extra, span - extra) - 0.5, 0, max_val)
+    return c
+
+
+@op("grid_sampler", inputs="X Grid", outputs="Output",
+    attrs={"mode": "bilinear", "padding_mode": "zeros", "align_corners": True}, infer_shape=_grid_sampler_shape)
+def grid_sampler(ctx):
+    """Samples X [N, C, H, W] at the normalised (x, y) positions of Grid [N, Ho, Wo, 2] (-1 is the
+    first pixel, 1 the last; 5-D X with Grid [..., 3] in 3-D): ``mode`` bilinear or nearest;
+    ``padding_mode`` zeros (outside reads 0), border (clamped) or reflection."""
+    x, grid = ctx.input("X"), ctx.input("Grid")
+    align = bool(ctx.attr("align_corners"))
+    padding = ctx.attr("padding_mode")
+    spatial = x.shape[2:]                       # (D,) H, W
+    k = len(spatial)
+    # Grid's last axis is (x, y[, z]): coordinate j indexes spatial axis k - 1 - j.
+    coords = [_source_coords(grid[..., k - 1 - i].astype(x.dtype), spatial[i], align, padding) for i in range(k)]
+    batch = jnp.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
+    xt = jnp.moveaxis(x, 1, -1)                 # [N, (D,) H, W, C]
+
+    def gather(idx):
+        inside = jnp.ones(idx[0].shape, bool)
+        clipped = []
+        for i, c in enumerate(idx):
+            inside = inside & (c >= 0) & (c <= spatial[i] - 1)
+            clipped.append(jnp.clip(c, 0, spatial[i] - 1))
+        vals = xt[(batch, *clipped)]
+        return jnp.where(inside[..., None], vals, jnp.zeros((), x.dtype))
+
+    if ctx.attr("mode") == "nearest":
+        idx = [lax.round(c, lax.RoundingMethod.AWAY_FROM_ZERO).astype(jnp.int32) for c in coords]
+        out = gather(idx)
+    else:
+        lows = [jnp.floor(c) for c in coords]
+        out = 0
+        for corner in itertools.product((0, 1), repeat=k):
+            idx, weight = [], 1
+            for i, bit in enumerate(corner):
+                low = lows[i]
+                frac = coords[i] - low
+                idx.append((low + bit).astype(jnp.int32))
+                weight = weight * (frac if bit else 1 - frac)
+            out = out + gather(idx) * weight[..., None]
+    return {"Output": jnp.moveaxis(out, -1, 1)}
