@@ -24,6 +24,7 @@ from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
 from .viz import draw
 from .frontend.training_loop import History, evaluate, train
 from .ir.callstack import install_notebook_tracebacks as _install_notebook_tracebacks
+from . import distributed  # noqa: E402,F401  (fj.distributed: multi-process runs)
 from . import io  # noqa: E402  (fj.io: Paddle's saved models and checkpoints, StableHLO export)
 from .viz import draw
 
@@ -34,7 +35,7 @@ _install_notebook_tracebacks()  # in Jupyter, fluidjax errors show the user's ce
 __version__ = "0.1.0"
 
 __all__ = [
-    "BuildStrategy", "CompiledProgram", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
+    "BuildStrategy", "CompiledProgram", "distributed", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
     "UnregisteredOpError", "VariableNotFoundError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",

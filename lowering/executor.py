@@ -39,8 +39,10 @@ from .places import Place
 from .scope import Scope, global_scope
 from .signals import deferred_signals
 
-# The classes of device arrays (the step's outputs and jax.device_put's results).
-_DEVICE_ARRAYS = frozenset({type(jax.device_put(np.zeros(1, np.float32)))})
+# The classes of device arrays (the step's outputs and jax.device_put's results), named without
+# making one: importing fluidjax must not start JAX's backends (jax.distributed.initialize, in
+# fj.distributed.init, has to come before that).
+_DEVICE_ARRAYS = frozenset({jax._src.array.ArrayImpl})
 
 _COMMITTED_NOTE = ("fluidjax: the run completed and its new state was committed before this exception "
                    "was raised")
@@ -224,7 +226,7 @@ class Executor:
         computed = host_init.run(plan.ops, entropy_of)
         names = list(dict.fromkeys(plan.written_state + plan.fetch_names))
         arrays = [computed[n] for n in names]
-        device = self._device or jax.devices()[0]
+        device = self._device or jax.local_devices()[0]   # this process's (jax.devices() spans all)
         return dict(zip(names, jax.device_put(arrays, device)))
 
     def _commit_host(self, program: Program, scope: Scope, plan: _Plan, values: dict):
@@ -556,7 +558,7 @@ class Executor:
     def _to_device(self, tensors) -> None:
         """Put the values of ``tensors`` that are not device arrays yet on this Executor's device
         (committed to it, as the step's outputs are: the step sees one signature)."""
-        device = self._device or jax.devices()[0]
+        device = self._device or jax.local_devices()[0]   # this process's (jax.devices() spans all)
         for tensor in tensors:
             value = tensor._value
             if type(value) not in _DEVICE_ARRAYS or not value.committed:

@@ -178,11 +178,52 @@ def check_model(name: str, steps: int) -> dict:
     return result
 
 
+def distributed_run(out_prefix: str, steps: int, modes) -> None:
+    """One process of a multi-process run (started by ``fluidjax.distributed.launch``): trains the
+    MLP data-parallel under each of ``modes``, feeding only this process's rows of every global
+    batch, and writes ``<out_prefix>.<rank>.json`` with its losses and the whole final state.
+
+    Each process first moves its own initial parameters away from the others' (process p adds p
+    to every parameter): the run must start from process 0's, broadcast on the first step.
+    """
+    fj.distributed.init()
+    rank, nproc = jax.process_index(), jax.process_count()
+    local = BATCH // nproc
+    result = {"rank": rank, "nproc": nproc, "devices": jax.device_count(),
+              "local_devices": jax.local_device_count(), "modes": {}}
+    for mode in modes:
+        with fj.unique_name.guard():      # the same variable names in every mode
+            main, startup, cost, make_batch = build_mlp()
+        batches = [make_batch(i) for i in range(steps)]
+        names = state_names(main)
+        exe, scope = fj.Executor(), fj.Scope()
+        exe.run(startup, scope=scope)
+        for name in names:
+            holder = scope.find_var(name)
+            if holder is not None and main.global_block().var(name).is_parameter:
+                tensor = holder.get_tensor()
+                tensor.set(np.asarray(tensor._value) + rank)
+        compiled = fj.CompiledProgram(main, fj.BuildStrategy(sharding=mode)).with_data_parallel()
+        losses = []
+        for batch in batches:
+            shard = {k: v[rank * local:(rank + 1) * local] for k, v in batch.items()}
+            losses.append(float(exe.run(compiled, feed=shard, fetch_list=[cost], scope=scope)[0]))
+        state = {n: fj.distributed.gather(v).tolist() for n, v in scope_arrays(scope, names).items()}
+        result["modes"][mode] = {"losses": losses, "state": state}
+    with open(f"{out_prefix}.{rank}.json", "w") as f:
+        json.dump(result, f)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,convnet,convnet64")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--distributed", metavar="OUT_PREFIX", help="run as one process of a launched run")
+    parser.add_argument("--modes", default="none,full")
     args = parser.parse_args(argv)
+    if args.distributed:
+        distributed_run(args.distributed, args.steps, args.modes.split(","))
+        return
     out = {name: check_model(name, min(args.steps, STEPS.get(name, args.steps))) for name in args.models.split(",")}
     print(json.dumps(out))
 

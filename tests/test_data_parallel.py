@@ -147,3 +147,57 @@ def test_build_strategy_and_compiled_program_refuse_bad_arguments():
         compiled.with_data_parallel()
     with pytest.raises(TypeError, match="Program"):
         fj.Executor().run(object())
+
+
+# -- several processes ------------------------------------------------------------------------------
+def test_two_processes_train_like_one_device(tmp_path):
+    """Two processes of 4 host devices each, started by the launcher, each feeding its half of every
+    batch (and starting from parameters moved away from process 0's, which the first run must
+    broadcast): 20 Adam steps equal one device running the whole batch, on both processes."""
+    import dp_worker
+    prefix = tmp_path / "run"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "fluidjax.distributed.launch", "--nproc", "2",
+                           "--devices-per-proc", "4", "--timeout", "300", str(HERE / "dp_worker.py"),
+                           "--distributed", str(prefix), "--modes", "none,full"],
+                          env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with fj.unique_name.guard():
+        main, startup, cost, make_batch = dp_worker.build_mlp()
+    batches = [make_batch(i) for i in range(20)]
+    _, scope, want_losses = dp_worker.train(main, startup, cost, batches, 20)
+    want_state = {k: np.asarray(v) for k, v in dp_worker.scope_arrays(scope, dp_worker.state_names(main)).items()}
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"run.{rank}.json").read_text())
+        assert (got["rank"], got["nproc"], got["devices"], got["local_devices"]) == (rank, 2, 8, 4)
+        for mode in ("none", "full"):
+            r = got["modes"][mode]
+            np.testing.assert_allclose(r["losses"], want_losses, rtol=1e-5)
+            assert set(r["state"]) == set(want_state)
+            assert dp_worker.max_rel(want_state, {k: np.array(v) for k, v in r["state"].items()}) <= 1e-5
+
+
+def test_launcher_environment_and_failure(tmp_path):
+    from fluidjax.distributed import config_from_env, launch
+    env = launch.process_env(1, 3, ["127.0.0.1:5000", "127.0.0.1:5001", "127.0.0.1:5002"], 4, base={})
+    assert config_from_env(env) == ("127.0.0.1:5000", 3, 1)
+    assert "--xla_force_host_platform_device_count=4" in env["XLA_FLAGS"]
+    paddle_only = {k: v for k, v in env.items() if k.startswith("PADDLE_")}
+    assert config_from_env(paddle_only) == ("127.0.0.1:5000", 3, 1)
+    assert config_from_env({}) == (None, None, None)
+    # A failing process stops the run, its status is the launcher's; a hanging one is timed out.
+    script = tmp_path / "job.py"
+    script.write_text("import os, sys, time\n"
+                      "if os.environ['PADDLE_TRAINER_ID'] == '1': sys.exit(3)\n"
+                      "time.sleep(60)\n")
+    assert launch.launch([str(script)], 2, timeout=30) == 3
+    script.write_text("import time\ntime.sleep(60)\n")
+    assert launch.launch([str(script)], 2, timeout=1) == 124
+
+
+def test_distributed_init_single_process_and_too_late():
+    assert fj.distributed.init(num_processes=1) is None and not fj.distributed.is_initialized()
+    import jax
+    jax.devices()            # the backends have started in this process
+    with pytest.raises(RuntimeError, match="before anything runs"):
+        fj.distributed.init(coordinator_address="127.0.0.1:1", num_processes=2, process_id=0)
