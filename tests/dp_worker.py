@@ -134,6 +134,25 @@ def per_device_bytes(arrays: dict, names) -> dict:
     return {"device0": int(on_device), "total": int(total), "split": split}
 
 
+def resume_check(main, startup, cost, mode, batches, steps, names, ref_losses, ref_state) -> dict:
+    """Train half the steps sharded, save with ``fj.io.save_persistables``, load into a fresh
+    one-device scope and train the other half there: the numbers of one device all along?"""
+    import tempfile
+    half = steps // 2
+    compiled = fj.CompiledProgram(main, fj.BuildStrategy(sharding=mode)).with_data_parallel()
+    exe, scope, first = train(compiled, startup, cost, batches, half)
+    with tempfile.TemporaryDirectory() as tmp:
+        fj.io.save_persistables(exe, tmp, main, scope=scope)
+        exe2, scope2 = fj.Executor(), fj.Scope()
+        exe2.run(startup, scope=scope2)          # other values, which the checkpoint replaces
+        fj.io.load_persistables(exe2, tmp, main, scope=scope2)
+    rest = [float(exe2.run(main, feed=batches[i], fetch_list=[cost], scope=scope2)[0]) for i in range(half, steps)]
+    arrays = scope_arrays(scope2, names)
+    return {"resumed_loss_rel": max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(first + rest, ref_losses)),
+            "resumed_state_rel": max_rel(ref_state, {k: np.asarray(v) for k, v in arrays.items()}),
+            "resumed_single_device": all(len(v.sharding.device_set) == 1 for v in arrays.values())}
+
+
 def check_model(name: str, steps: int) -> dict:
     main, startup, cost, make_batch = MODELS[name]()
     batches = [make_batch(i) for i in range(steps)]
@@ -161,7 +180,10 @@ def check_model(name: str, steps: int) -> dict:
         except fj.FeedError as exc:
             bad_error = str(exc)
         after = {k: np.asarray(v) for k, v in scope_arrays(scope, names).items()}
+        resumed = resume_check(main, startup, cost, mode, batches, steps, names, ref_losses, ref_state) \
+            if name == "mlp" else {}
         result["modes"][mode] = {
+            **resumed,
             "loss_rel": max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses)),
             "state_rel": max_rel(ref_state, {k: np.asarray(v) for k, v in arrays.items()}),
             "losses": losses,

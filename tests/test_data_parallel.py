@@ -201,3 +201,12 @@ def test_distributed_init_single_process_and_too_late():
     jax.devices()            # the backends have started in this process
     with pytest.raises(RuntimeError, match="before anything runs"):
         fj.distributed.init(coordinator_address="127.0.0.1:1", num_processes=2, process_id=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_checkpoint_of_a_sharded_run_resumes_on_one_device(worker, mode):
+    """10 steps sharded, fj.io.save_persistables, load_persistables into a fresh one-device scope,
+    10 more steps there: the losses and state of 20 steps on one device."""
+    r = _mode(worker, "mlp", mode)
+    assert r["resumed_loss_rel"] <= 1e-5 and r["resumed_state_rel"] <= 1e-5
+    assert r["resumed_single_device"]
