@@ -62,6 +62,7 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         raise OpRuntimeError(f"op {op.type!r} has no JAX rule")
     values = _values(op, env)
     lod_source = _first_lod(values)
+    counted = _counted_plain_rows(op, values) if lod_source is not None else None
     if lod_source is not None and op.type not in LOD_AWARE:
         values = _strip_lod(op, values)
     if checks is not None:                # on the padded rows of LoD ids (padding rows hold 0)
@@ -82,6 +83,9 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
                 if (lod_source is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
                         and v.shape[0] >= lod_source.data.shape[0] and _declared_lod(op, name)):
                     v = LoDValue(v, lod_source.offsets)      # the output shares its input's LoD
+                elif (counted is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
+                        and v.shape[0] == counted.data.shape[0]):
+                    v = LoDValue(v, counted.offsets)         # row by row: keep the real row count
                 env[name] = v
                 if checks is not None and checks.nan_inf and _differentiable(v):
                     checks.check_finite(op, slot, name, v)
@@ -153,6 +157,17 @@ def _pad_rows(value: LoDValue, rows: int) -> LoDValue:
         return value
     pad = jnp.zeros((extra,) + tuple(value.data.shape[1:]), value.data.dtype)
     return LoDValue(jnp.concatenate([value.data, pad]), value.offsets)
+
+
+def _counted_plain_rows(op, values: dict) -> LoDValue | None:
+    """An input the program declares without LoD but that holds a one-sequence LoD value: plain
+    rows whose count is data (``sequence_expand`` of a plain X), padded to a static bound. Outputs
+    with its rows keep that count, so a fetch is cut to the real rows and ``mean`` counts only them."""
+    for slot, vals in values.items():
+        for name, v in zip(op.inputs.get(slot, ()), vals):
+            if v.__class__ is LoDValue and not _declared_lod(op, name):
+                return v
+    return None
 
 
 def _declared_lod(op, name: str) -> bool:

@@ -343,3 +343,30 @@ def test_layout_ops_keep_compilations_logarithmic():
         np.testing.assert_array_equal(got[1], np.repeat(st, lengths, axis=0))
         np.testing.assert_array_equal(got[2][:, 0], sums)
     assert exe.trace_count <= math.ceil(math.log2(longest)) + 1
+
+
+def test_rows_after_expanding_a_plain_tensor_keep_their_count():
+    """fc and mean after sequence_expand of a plain tensor: Paddle's rows and loss exactly, not the
+    step's padded bound (the attention pattern of Fluid's machine translation model)."""
+    rng = np.random.default_rng(6)
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        state = layer.data("state", dims=3, stop_gradient=False)
+        words = layer.data("words", dims=3, lod_level=1)
+        expanded = layer.sequence_expand(state, words)
+        hidden = layer.fc(expanded, 4, activation="tanh")
+        loss = layer.mean(hidden)
+        fj.append_backward(loss)
+    exe = fj.Executor()
+    scope = fj.Scope()
+    exe.run(startup, scope=scope)
+    lengths = [[2, 0, 3]]
+    feed = {"state": rng.standard_normal((3, 3)).astype(np.float32),
+            "words": rng.standard_normal((5, 3)).astype(np.float32)}
+    fetch = [hidden.name, loss.name, "state@GRAD"]
+    ours = exe.run(main, feed={**feed, "words": _lod_tensor(feed["words"], lengths)}, fetch_list=fetch, scope=scope)
+    params = {p.name: np.asarray(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
+    theirs = _run_in_paddle(main, feed, {"words": lengths}, fetch, params)
+    assert ours[0].shape == (5, 4)
+    for name, a, b in zip(fetch, ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -88,6 +88,8 @@ def sequence_expand(ctx):
     # How many entries ref can point at: the rows (last level) or the next level's sequences.
     ref_bound = y.data.shape[0] if level == len(y.offsets) - 1 else y.offsets[level + 1].shape[0] - 1
     lod_x = x.__class__ is LoDValue
+    if ref.shape[0] <= 1:                       # no sequences to follow: Paddle copies X
+        return {"Out": x}
     data = x.data if lod_x else x
     count = x.offsets[0].shape[0] - 1 if lod_x else data.shape[0]
     if ref.shape[0] < count + 1 or (level == 0 and ref.shape[0] != count + 1):

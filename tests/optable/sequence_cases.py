@@ -292,13 +292,12 @@ CASES += [
     Case("sequence_expand", {"X": rand(4, 2), "Y": rand(6, 1)}, {"ref_level": 0},
          lod={"X": [[2, 0, 1, 1]], "Y": [[2, 0, 1, 3]]}, check=lambda case: paddle_lod_check(case, cut=True)),
     Case("sequence_expand", {"X": rand(4, 3), "Y": rand(6, 1)}, lod={"Y": [[2, 0, 1, 3]]},
-         check=lambda case: paddle_lod_check(case, cut=True, grad=None), name="dense-x"),
+         check=lambda case: paddle_lod_check(case, cut=True), name="dense-x"),
     Case("sequence_expand", {"X": rand(3, 2, dtype="float64"), "Y": rand(6, 1, dtype="float64")}, {"ref_level": 0},
-         lod={"Y": _TWO_LEVEL_REF}, check=lambda case: paddle_lod_check(case, cut=True, grad="fd"),
+         lod={"Y": _TWO_LEVEL_REF}, check=lambda case: paddle_lod_check(case, cut=True),
          name="dense-x-level0-float64"),
     # (A plain X's output is plain in Paddle; ours holds its real row count as a one-sequence LoD
-    # value. An op after it that declares no LoD gets plain padded rows, and a `mean` of those
-    # would count the padding: the float64 row checks the gradient by finite differences instead.)
+    # value, and ops after it that act row by row keep that count: the loss's `mean` sees only it.)
     Case("sequence_expand", {"X": rand(5, 2, dtype="float64"), "Y": rand(6, 1, dtype="float64")}, {"ref_level": 0},
          lod={"X": [[2, 1, 2]], "Y": _TWO_LEVEL_REF}, check=lambda case: paddle_lod_check(case, cut=True),
          name="level0-float64"),
