@@ -135,12 +135,18 @@ class StepChecks:
             index = values[spec.slot][0]
             if index is None or np.size(index) == 0:
                 continue
+            real_rows = None
+            if index.__class__ is LoDValue:                  # computed LoD ids: only real rows count
+                real_rows = index.row_mask()
+                index = index.data
             index = jnp.asarray(index)
             if spec.component is not None:
                 index = index[..., spec.component]
             valid = (index >= 0) & (index < spec.size)
             if spec.ignore is not None:
                 valid = valid | (index == spec.ignore)
+            if real_rows is not None and valid.ndim >= 1:
+                valid = valid | ~real_rows.reshape(real_rows.shape + (1,) * (valid.ndim - 1))
             flat = valid.reshape(-1)
             first_bad = index.reshape(-1)[jnp.argmin(flat)].astype(jnp.int64)
             self.items.append((jnp.all(flat), first_bad, {"kind": "index", "op": op, "spec": spec,

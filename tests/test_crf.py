@@ -209,3 +209,17 @@ def test_padded_form_with_lengths_agrees_with_the_lod_form():
     assert pp.shape == (len(lengths), width)
     np.testing.assert_array_equal(np.concatenate([pp[k, :length] for k, length in enumerate(lengths)]), p[:, 0])
     assert not pp[1].any() and not pp[0, 4:].any()                       # 0 past each length
+
+
+def test_out_of_range_labels_are_index_errors_and_computed_lod_ids_are_checked_on_real_rows():
+    main, startup, loss, cost, path, metrics = _tagger()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    words = _lod(np.arange(5).reshape(5, 1), [2, 3])
+    # chunk_eval reads crf_decoding's computed (LoD) path: checked inside the step, on real rows.
+    ok = exe.run(main, feed={"word": words, "target": _lod(np.full((5, 1), TAGS - 1), [2, 3])},
+                 fetch_list=[loss, metrics[0]], scope=scope)
+    assert np.isfinite(ok[0]).all()
+    with pytest.raises(fj.IndexOutOfRangeError, match="linear_chain_crf.*Label.*7"):
+        exe.run(main, feed={"word": words, "target": _lod(np.array([[0], [1], [7], [2], [3]]), [2, 3])},
+                fetch_list=[loss], scope=scope)

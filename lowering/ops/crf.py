@@ -27,6 +27,7 @@ from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
+from ..checks import IndexInput, index_inputs
 from ..lod_value import LoDValue
 from ..lower import lod_aware
 
@@ -521,3 +522,18 @@ def edit_distance(ctx):
 
 
 lod_aware("linear_chain_crf", "crf_decoding", "chunk_eval", "edit_distance")
+
+
+@index_inputs("linear_chain_crf")
+def _crf_label_indices(attr, shape):
+    tags = shape("Transition")[1] if len(shape("Transition") or ()) == 2 else -1
+    return [IndexInput("Label", tags)] if tags > 0 else []
+
+
+@index_inputs("chunk_eval")
+def _chunk_eval_indices(attr, shape):
+    scheme = str(attr("chunk_scheme"))
+    if scheme not in _SCHEMES:
+        return []
+    size = int(attr("num_chunk_types")) * _SCHEMES[scheme][0] + 1       # the last id is "outside"
+    return [IndexInput("Inference", size), IndexInput("Label", size)]
