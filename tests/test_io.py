@@ -555,3 +555,30 @@ def test_several_inputs_and_outputs_keep_their_order(tmp_path):
     assert p_feeds == ["u", "v"]
     for g, w in zip(_pexe().run(p_prog, feed={"u": us, "v": vs}, fetch_list=p_fetches), want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["resnet18", "mobilenet_v2"])
+def test_vision_models_saved_by_jit_save_load_run_and_export(tmp_path, arch):
+    prefix = str(tmp_path / arch)
+    xs = _rng(13).random((2, 3, 32, 32), dtype=np.float32)
+    paddle.disable_static()
+    try:
+        paddle.seed(0)
+        net = getattr(paddle.vision.models, arch)(num_classes=10)
+        net.eval()
+        want = {n: net(paddle.to_tensor(xs[:n])).numpy() for n in (1, 2)}
+        paddle.jit.save(net, prefix, input_spec=[paddle.static.InputSpec([None, 3, 32, 32], "float32", "x")])
+    finally:
+        paddle.enable_static()
+    scope = fj.Scope()
+    program, feeds, fetches = fio.load_inference_model(prefix, None, scope=scope)
+    exported = fio.export(program, feeds, fetches, scope=scope)
+    import jax
+
+    restored = jax.export.deserialize(bytearray(exported.serialize()))
+    for n, expected in want.items():
+        got, = fj.Executor().run(program, feed={"x": xs[:n]}, fetch_list=fetches, scope=scope)
+        scale = np.abs(expected).max()
+        np.testing.assert_allclose(got / scale, expected / scale, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(restored.call(xs[:n])[0]) / scale, expected / scale, atol=1e-5)
