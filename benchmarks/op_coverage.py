@@ -107,7 +107,7 @@ MODELS = {
     "shufflenet_v2_x0_25": _vision("shufflenet_v2_x0_25"),
     "shufflenet_v2_swish": _vision("shufflenet_v2_swish"),
     "densenet121": _vision("densenet121"),
-    "googlenet": _vision("googlenet"),
+    "googlenet": _vision("googlenet", 224),
     "inception_v3": _vision("inception_v3", 96),
     "resnext50_32x4d": _vision("resnext50_32x4d"),
     "wide_resnet50_2": _vision("wide_resnet50_2"),

@@ -566,3 +566,296 @@ def grid_sampler(ctx):
                 weight = weight * (frac if bit else 1 - frac)
             out = out + gather(idx) * weight[..., None]
     return {"Output": jnp.moveaxis(out, -1, 1)}
+
+
+# -- detection: roi_align ----------------------------------------------------------------------------
+def _roi_align_shape(ctx: InferShapeContext) -> None:
+    x, rois = ctx.input("X"), ctx.input("ROIs")
+    ctx.check(x.ndim == 4, f"X must be 4-D [N, C, H, W], got {x.shape}")
+    ctx.check(rois.ndim == 2 and rois.shape[1] in (4, -1), f"ROIs must be [R, 4], got {rois.shape}")
+    ph, pw = ctx.attr("pooled_height"), ctx.attr("pooled_width")
+    ctx.check(ph > 0 and pw > 0, f"pooled_height and pooled_width must be positive, got {ph} × {pw}")
+    num = ctx.input("RoisNum")
+    if num is not None:
+        ctx.check(num.ndim == 1 and num.dtype == "int32", f"RoisNum must be 1-D int32, got {num.shape} {num.dtype}")
+    ctx.set_output("Out", (rois.shape[0], x.shape[1], ph, pw), x.dtype, 0)
+
+
+def _roi_batch_index(ctx, n_rois: int, batch: int):
+    """The image each ROI belongs to: RoisNum [N] holds the number of ROIs of each image."""
+    num = ctx.input("RoisNum")
+    if num is None:
+        if batch != 1:
+            _fail(ctx, "ROIs of a batch of several images need RoisNum (the ROI count of each image)")
+        return jnp.zeros((n_rois,), jnp.int32)
+    ends = jnp.cumsum(num.astype(jnp.int32))
+    return jnp.searchsorted(ends, jnp.arange(n_rois, dtype=jnp.int32), side="right").astype(jnp.int32)
+
+
+def _roi_axis_weights(start, bin_size, grid, max_grid: int, pooled: int, size: int, dtype):
+    """[R, pooled, size]: the summed bilinear weights of each bin's sample points along one axis.
+
+    Sample iy of bin p sits at start + p·bin + (iy + 0.5)·bin / grid (iy < grid, per ROI); a point
+    outside [-1, size] counts 0; others clamp to [0, size - 1] and split between two neighbours."""
+    p = jnp.arange(pooled, dtype=dtype)[None, :, None]
+    i = jnp.arange(max_grid, dtype=dtype)[None, None, :]
+    g = grid.astype(dtype)[:, None, None]
+    pos = start[:, None, None] + p * bin_size[:, None, None] + (i + 0.5) * bin_size[:, None, None] / g
+    valid = (i < g) & (pos >= -1.0) & (pos <= size)
+    pos = jnp.maximum(pos, 0)
+    low = jnp.floor(pos).astype(jnp.int32)
+    at_end = low >= size - 1
+    low = jnp.where(at_end, size - 1, low)
+    high = jnp.where(at_end, size - 1, low + 1)
+    pos = jnp.where(at_end, low.astype(dtype), pos)
+    frac = pos - low.astype(dtype)
+    w_low = jnp.where(valid, 1 - frac, 0)
+    w_high = jnp.where(valid, frac, 0)
+    weights = (jax.nn.one_hot(low, size, dtype=dtype) * w_low[..., None]
+               + jax.nn.one_hot(high, size, dtype=dtype) * w_high[..., None])
+    return weights.sum(axis=2)
+
+
+@op("roi_align", inputs="X ROIs RoisNum?", outputs="Out",
+    attrs={"pooled_height": 1, "pooled_width": 1, "spatial_scale": 1.0, "sampling_ratio": -1, "aligned": False},
+    infer_shape=_roi_align_shape, no_grad_inputs=["ROIs", "RoisNum"])
+def roi_align(ctx):
+    """RoIAlign: each ROI [x1, y1, x2, y2] (image coordinates × ``spatial_scale``; shifted by half a
+    pixel when ``aligned``) is cut into pooled_height × pooled_width bins, each the mean of a grid
+    of bilinear samples (``sampling_ratio`` per side, or ceil(bin size) when it is <= 0).
+
+    With ``sampling_ratio`` <= 0 the grid depends on the ROI's size, a run-time value: the samples
+    are taken on a static grid as large as an ROI covering the whole map needs and masked per ROI,
+    which is exact for ROIs no larger than the feature map (+1), Paddle's results otherwise differ.
+    The gradient (X only, as Paddle) is the exact vjp of this forward; Paddle's CPU grad kernel
+    also widens ``aligned`` ROIs smaller than one pixel to one, which its forward does not.
+    """
+    x, rois = ctx.input("X"), ctx.input("ROIs")
+    n, c, h, w = x.shape
+    ph, pw = int(ctx.attr("pooled_height")), int(ctx.attr("pooled_width"))
+    scale = jnp.asarray(ctx.attr("spatial_scale"), x.dtype)
+    offset = jnp.asarray(0.5 if ctx.attr("aligned") else 0.0, x.dtype)
+    rois = rois.astype(x.dtype)
+    x1, y1 = rois[:, 0] * scale - offset, rois[:, 1] * scale - offset
+    x2, y2 = rois[:, 2] * scale - offset, rois[:, 3] * scale - offset
+    rw, rh = x2 - x1, y2 - y1
+    if not ctx.attr("aligned"):
+        rw, rh = jnp.maximum(rw, 1), jnp.maximum(rh, 1)
+    bin_h, bin_w = rh / ph, rw / pw
+    ratio = int(ctx.attr("sampling_ratio"))
+    if ratio > 0:
+        grid_h = jnp.full(rois.shape[:1], ratio, jnp.int32)
+        grid_w = grid_h
+        max_h = max_w = ratio
+    else:
+        grid_h, grid_w = jnp.ceil(rh / ph).astype(jnp.int32), jnp.ceil(rw / pw).astype(jnp.int32)
+        max_h, max_w = max(1, -(-(h + 1) // ph)), max(1, -(-(w + 1) // pw))
+        grid_h, grid_w = jnp.minimum(grid_h, max_h), jnp.minimum(grid_w, max_w)
+    wy = _roi_axis_weights(y1, bin_h, grid_h, max_h, ph, h, x.dtype)       # [R, ph, H]
+    wx = _roi_axis_weights(x1, bin_w, grid_w, max_w, pw, w, x.dtype)       # [R, pw, W]
+    count = jnp.maximum(grid_h * grid_w, 1).astype(x.dtype)
+    images = x[_roi_batch_index(ctx, rois.shape[0], n)]                      # [R, C, H, W]
+    out = jnp.einsum("rph,rchw,rqw->rcpq", wy, images, wx)
+    return {"Out": out / count[:, None, None, None]}
+
+
+# -- detection: box_coder / prior_box / yolo_box ---------------------------------------------------
+def _box_coder_shape(ctx: InferShapeContext) -> None:
+    prior, target = ctx.input("PriorBox"), ctx.input("TargetBox")
+    code = ctx.attr("code_type")
+    ctx.check(code in ("encode_center_size", "decode_center_size"),
+              f"code_type must be 'encode_center_size' or 'decode_center_size', got {code!r}")
+    ctx.check(prior.ndim == 2 and prior.shape[1] in (4, -1), f"PriorBox must be [M, 4], got {prior.shape}")
+    variance = list(ctx.attr("variance") or [])
+    ctx.check(not variance or len(variance) == 4, f"variance needs 4 values, got {variance}")
+    if code == "encode_center_size":
+        ctx.check(target.ndim == 2 and target.shape[1] in (4, -1), f"TargetBox must be [N, 4], got {target.shape}")
+        ctx.set_output("OutputBox", (target.shape[0], prior.shape[0], 4), target.dtype, 0)
+    else:
+        ctx.check(target.ndim == 3 and target.shape[2] in (4, -1), f"TargetBox must be [N, M, 4], got {target.shape}")
+        ctx.set_output("OutputBox", target.shape, target.dtype, 0)
+
+
+def _center_size(boxes, plus_one):
+    w = boxes[..., 2] - boxes[..., 0] + plus_one
+    h = boxes[..., 3] - boxes[..., 1] + plus_one
+    return boxes[..., 0] + w / 2, boxes[..., 1] + h / 2, w, h
+
+
+@op("box_coder", inputs="PriorBox PriorBoxVar? TargetBox", outputs="OutputBox",
+    attrs={"code_type": "encode_center_size", "box_normalized": True, "axis": 0, "variance": Attr("floats", [])},
+    infer_shape=_box_coder_shape, grad=None)
+def box_coder(ctx):
+    """Encodes TargetBox [N, 4] against each prior [M, 4] as center/size offsets ([N, M, 4]), or
+    decodes offsets [N, M, 4] back to corner boxes. Variances (PriorBoxVar [M, 4] or the
+    ``variance`` attribute) divide the codes / scale the offsets; ``box_normalized`` False adds 1
+    to widths and heights (pixel boxes); ``axis`` 1 pairs priors with the first dim when decoding."""
+    prior, target = ctx.input("PriorBox"), ctx.input("TargetBox")
+    var = ctx.input("PriorBoxVar")
+    dtype = target.dtype
+    plus_one = jnp.asarray(0 if ctx.attr("box_normalized") else 1, dtype)
+    prior = prior.astype(dtype)
+    pcx, pcy, pw, ph = _center_size(prior, plus_one)                  # [M]
+    variance = [float(v) for v in (ctx.attr("variance") or [])]
+    if var is not None:
+        var = var.astype(dtype)                                         # [M, 4]
+    elif variance:
+        var = jnp.broadcast_to(jnp.asarray(variance, dtype), prior.shape)
+    if ctx.attr("code_type") == "encode_center_size":
+        # Paddle centres a target box at the midpoint of its corners (a prior at x1 + w / 2,
+        # which differs by 1/2 for pixel boxes).
+        _, _, tw, th = _center_size(target, plus_one)                  # [N]
+        tcx, tcy = (target[:, 0] + target[:, 2]) / 2, (target[:, 1] + target[:, 3]) / 2
+        codes = jnp.stack([(tcx[:, None] - pcx[None]) / pw[None], (tcy[:, None] - pcy[None]) / ph[None],
+                           jnp.log(jnp.abs(tw[:, None] / pw[None])), jnp.log(jnp.abs(th[:, None] / ph[None]))],
+                          axis=-1)                                      # [N, M, 4]
+        if var is not None:
+            codes = codes / var[None]
+        return {"OutputBox": codes}
+    # Decode: priors run along axis 1 of TargetBox (axis 0) or along axis 0 (axis 1).
+    expand = (lambda v: v[None]) if int(ctx.attr("axis")) == 0 else (lambda v: v[:, None])
+    pcx, pcy, pw, ph = (expand(v) for v in (pcx, pcy, pw, ph))
+    if var is not None:
+        v = [expand(var[:, k]) for k in range(4)]
+    else:
+        v = [1, 1, 1, 1]
+    cx = v[0] * target[..., 0] * pw + pcx
+    cy = v[1] * target[..., 1] * ph + pcy
+    w = jnp.exp(v[2] * target[..., 2]) * pw
+    h = jnp.exp(v[3] * target[..., 3]) * ph
+    out = jnp.stack([cx - w / 2, cy - h / 2, cx + w / 2 - plus_one, cy + h / 2 - plus_one], axis=-1)
+    return {"OutputBox": out}
+
+
+def _expand_aspect_ratios(ratios, flip: bool) -> list[float]:
+    out = [1.0]
+    for r in ratios:
+        if any(abs(r - e) < 1e-6 for e in out):
+            continue
+        out.append(float(r))
+        if flip:
+            out.append(1.0 / float(r))
+    return out
+
+
+def _prior_count(ctx) -> int:
+    ratios = _expand_aspect_ratios(ctx.attr("aspect_ratios") or [], bool(ctx.attr("flip")))
+    return len(ratios) * len(ctx.attr("min_sizes") or []) + len(ctx.attr("max_sizes") or [])
+
+
+def _prior_box_shape(ctx: InferShapeContext) -> None:
+    x, image = ctx.input("Input"), ctx.input("Image")
+    ctx.check(x.ndim == 4 and image.ndim == 4, f"Input and Image must be 4-D, got {x.shape} and {image.shape}")
+    mins, maxs = list(ctx.attr("min_sizes") or []), list(ctx.attr("max_sizes") or [])
+    ctx.check(len(mins) > 0 and all(m > 0 for m in mins), f"min_sizes must be positive, got {mins}")
+    ctx.check(not maxs or len(maxs) == len(mins), f"max_sizes {maxs} must match min_sizes {mins}")
+    ctx.check(all(a > b for a, b in zip(maxs, mins)), f"each max_size must exceed its min_size: {maxs} vs {mins}")
+    ctx.check(len(ctx.attr("variances") or []) == 4, f"variances needs 4 values, got {ctx.attr('variances')}")
+    shape = (x.shape[2], x.shape[3], _prior_count(ctx), 4)
+    ctx.set_output("Boxes", shape, x.dtype, 0)
+    ctx.set_output("Variances", shape, x.dtype, 0)
+
+
+@op("prior_box", inputs="Input Image", outputs="Boxes Variances",
+    attrs={"min_sizes": Attr("floats", []), "max_sizes": Attr("floats", []), "aspect_ratios": Attr("floats", []),
+           "variances": Attr("floats", []), "flip": False, "clip": False, "step_w": 0.0, "step_h": 0.0,
+           "offset": 0.5, "min_max_aspect_ratios_order": False},
+    infer_shape=_prior_box_shape, grad=None)
+def prior_box(ctx):
+    """SSD prior (anchor) boxes for each cell of the feature map Input over the Image, [H, W,
+    num_priors, 4] in normalised corners, and their ``variances``. Only the two shapes are read:
+    the boxes are computed on the host in float32, as Paddle's kernel does."""
+    x, image = ctx.input("Input"), ctx.input("Image")
+    f32 = np.float32
+    fh, fw = x.shape[2], x.shape[3]
+    ih, iw = image.shape[2], image.shape[3]
+    step_w, step_h = f32(ctx.attr("step_w")), f32(ctx.attr("step_h"))
+    if step_w == 0 or step_h == 0:
+        step_w, step_h = f32(iw) / f32(fw), f32(ih) / f32(fh)
+    offset = f32(ctx.attr("offset"))
+    ratios = _expand_aspect_ratios(ctx.attr("aspect_ratios") or [], bool(ctx.attr("flip")))
+    mins, maxs = [float(m) for m in ctx.attr("min_sizes")], [float(m) for m in ctx.attr("max_sizes") or []]
+    sizes = []                                   # (half width, half height) of each prior, in order
+    for s, m in enumerate(mins):
+        ratio_boxes = [(f32(m * np.sqrt(r) / 2.0), f32(m / np.sqrt(r) / 2.0)) for r in ratios]
+        big = [(f32(np.sqrt(m * maxs[s]) / 2.0),) * 2] if maxs else []
+        if ctx.attr("min_max_aspect_ratios_order"):
+            square = (f32(m / 2.0), f32(m / 2.0))
+            sizes += [square] + big + [b for r, b in zip(ratios, ratio_boxes) if abs(r - 1.0) >= 1e-6]
+        else:
+            sizes += ratio_boxes + big
+    half = np.asarray(sizes, f32)                                   # [P, 2]
+    cx = (np.arange(fw, dtype=f32) + offset) * step_w               # [W]
+    cy = (np.arange(fh, dtype=f32) + offset) * step_h               # [H]
+    shape = (fh, fw, half.shape[0])
+    cx = np.broadcast_to(cx[None, :, None], shape)
+    cy = np.broadcast_to(cy[:, None, None], shape)
+    boxes = np.stack([(cx - half[:, 0]) / f32(iw), (cy - half[:, 1]) / f32(ih),
+                      (cx + half[:, 0]) / f32(iw), (cy + half[:, 1]) / f32(ih)], axis=-1).astype(f32)
+    if ctx.attr("clip"):
+        boxes = np.clip(boxes, 0, 1)
+    variances = np.broadcast_to(np.asarray(ctx.attr("variances"), f32), boxes.shape)
+    dtype = x.dtype
+    return {"Boxes": jnp.asarray(boxes, dtype), "Variances": jnp.asarray(variances, dtype)}
+
+
+def _yolo_box_shape(ctx: InferShapeContext) -> None:
+    x, size = ctx.input("X"), ctx.input("ImgSize")
+    anchors = list(ctx.attr("anchors") or [])
+    ctx.check(anchors and len(anchors) % 2 == 0, f"anchors needs (width, height) pairs, got {anchors}")
+    an = len(anchors) // 2
+    classes = ctx.attr("class_num")
+    ctx.check(classes > 0, f"class_num must be positive, got {classes}")
+    ctx.check(x.ndim == 4, f"X must be 4-D [N, C, H, W], got {x.shape}")
+    per = 6 if ctx.attr("iou_aware") else 5
+    ctx.check(x.shape[1] < 0 or x.shape[1] == an * (per + classes),
+              f"X has {x.shape[1]} channels; {an} anchors × ({per} + class_num {classes}) = "
+              f"{an * (per + classes)} expected")
+    ctx.check(size.ndim == 2 and size.shape[1] in (2, -1), f"ImgSize must be [N, 2], got {size.shape}")
+    boxes = an * x.shape[2] * x.shape[3] if x.shape[2] >= 0 and x.shape[3] >= 0 else -1
+    ctx.set_output("Boxes", (x.shape[0], boxes, 4), x.dtype, 0)
+    ctx.set_output("Scores", (x.shape[0], boxes, classes), x.dtype, 0)
+
+
+@op("yolo_box", inputs="X ImgSize", outputs="Boxes Scores",
+    attrs={"anchors": Attr("ints", []), "class_num": 1, "conf_thresh": 0.01, "downsample_ratio": 32,
+           "clip_bbox": True, "scale_x_y": 1.0, "iou_aware": False, "iou_aware_factor": 0.5},
+    infer_shape=_yolo_box_shape, no_grad_inputs=["ImgSize"], grad=None)
+def yolo_box(ctx):
+    """Decodes a YOLOv3 head X [N, anchors·(5 + classes), H, W] into boxes [N, anchors·H·W, 4]
+    (corners in the pixels of ImgSize [N, 2] = (height, width), clipped when ``clip_bbox``) and
+    scores [N, anchors·H·W, classes] = objectness × class probability; cells whose objectness is
+    below ``conf_thresh`` get zero boxes and scores. ``iou_aware`` heads carry an IoU channel per
+    anchor first, and the confidence is obj^(1 - f) · iou^f."""
+    x, img = ctx.input("X"), ctx.input("ImgSize")
+    anchors = np.asarray(ctx.attr("anchors"), np.float32).reshape(-1, 2)
+    an = anchors.shape[0]
+    classes = int(ctx.attr("class_num"))
+    n, _, h, w = x.shape
+    scale = float(ctx.attr("scale_x_y"))
+    bias = -0.5 * (scale - 1.0)
+    if ctx.attr("iou_aware"):
+        iou, x = jax.nn.sigmoid(x[:, :an]), x[:, an:]
+    head = x.reshape(n, an, 5 + classes, h, w)
+    conf = jax.nn.sigmoid(head[:, :, 4])                                    # [N, A, H, W]
+    if ctx.attr("iou_aware"):
+        f = float(ctx.attr("iou_aware_factor"))
+        conf = jnp.power(conf, 1 - f) * jnp.power(iou, f)
+    img = img.astype(x.dtype)
+    img_h, img_w = img[:, 0][:, None, None, None], img[:, 1][:, None, None, None]
+    gx = jnp.arange(w, dtype=x.dtype)[None, None, None, :]
+    gy = jnp.arange(h, dtype=x.dtype)[None, None, :, None]
+    ratio = int(ctx.attr("downsample_ratio"))
+    cx = (gx + jax.nn.sigmoid(head[:, :, 0]) * scale + bias) * img_w / w
+    cy = (gy + jax.nn.sigmoid(head[:, :, 1]) * scale + bias) * img_h / h
+    bw = jnp.exp(head[:, :, 2]) * jnp.asarray(anchors[:, 0], x.dtype)[None, :, None, None] * img_w / (ratio * w)
+    bh = jnp.exp(head[:, :, 3]) * jnp.asarray(anchors[:, 1], x.dtype)[None, :, None, None] * img_h / (ratio * h)
+    x1, y1, x2, y2 = cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2
+    if ctx.attr("clip_bbox"):
+        x1, y1 = jnp.maximum(x1, 0), jnp.maximum(y1, 0)
+        x2, y2 = jnp.minimum(x2, img_w - 1), jnp.minimum(y2, img_h - 1)
+    keep = conf >= jnp.asarray(ctx.attr("conf_thresh"), x.dtype)
+    boxes = jnp.where(keep[..., None], jnp.stack([x1, y1, x2, y2], axis=-1), 0)      # [N, A, H, W, 4]
+    scores = conf[:, :, None] * jax.nn.sigmoid(head[:, :, 5:])                      # [N, A, C, H, W]
+    scores = jnp.where(keep[:, :, None], scores, 0).transpose(0, 1, 3, 4, 2)
+    return {"Boxes": boxes.reshape(n, an * h * w, 4), "Scores": scores.reshape(n, an * h * w, classes)}

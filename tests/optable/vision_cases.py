@@ -12,6 +12,21 @@ def _distinct(*shape, dtype="float32"):
     return (np.random.default_rng(n + 3).permutation(n).reshape(shape) / n - 0.5).astype(dtype)
 
 
+def _rois(n, h, w, seed, min_size=1.0):
+    """n boxes [x1, y1, x2, y2] inside an h × w image (in its pixels)."""
+    rng = np.random.default_rng(seed)
+    x1, y1 = rng.uniform(0, w * 0.6, n), rng.uniform(0, h * 0.6, n)
+    x2, y2 = x1 + rng.uniform(min_size, w * 0.4, n), y1 + rng.uniform(min_size, h * 0.4, n)
+    return np.stack([x1, y1, x2, y2], axis=1).astype("float32")
+
+
+def _boxes(n, seed, dtype="float32"):
+    """n normalised corner boxes with positive sizes."""
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 0.6, (n, 2))
+    return np.concatenate([xy, xy + rng.uniform(0.1, 0.4, (n, 2))], axis=1).astype(dtype)
+
+
 CONV = dict(outputs=("Output",), rtol=1e-4, atol=1e-5, grad_rtol=1e-3, grad_atol=1e-4)
 INTERP = dict(rtol=1e-5, atol=1e-5, grad_rtol=1e-4, grad_atol=1e-5)
 
@@ -85,4 +100,41 @@ CASES = [
     Case("grid_sampler", {"X": rand(1, 2, 3, 4, 5), "Grid": rand(1, 2, 3, 2, 3, low=-1.1, high=1.1)},
          {"align_corners": False}, outputs=("Output",), name="3d", rtol=1e-5, atol=1e-5, grad_rtol=1e-3,
          grad_atol=1e-4),
+    Case("roi_align", {"X": rand(2, 3, 6, 8), "ROIs": _rois(5, 12, 16, 1), "RoisNum": np.array([2, 3], "int32")},
+         {"pooled_height": 2, "pooled_width": 3, "spatial_scale": 0.5, "sampling_ratio": 2}, grad=("X",),
+         batch_dims=("X",)),
+    Case("roi_align", {"X": rand(2, 2, 6, 7, dtype="float64"), "ROIs": _rois(4, 6, 7, 2).astype("float64"),
+                       "RoisNum": np.array([3, 1], "int32")},
+         {"pooled_height": 3, "pooled_width": 2, "spatial_scale": 1.0, "sampling_ratio": -1}, grad=("X",),
+         batch_dims=("X",), name="adaptive_grid_f64"),
+    # ROIs of at least a pixel (after spatial_scale): Paddle's grad kernel widens smaller aligned ones.
+    Case("roi_align", {"X": rand(1, 2, 5, 6), "ROIs": _rois(3, 10, 12, 3, min_size=2.5),
+                       "RoisNum": np.array([3], "int32")},
+         {"pooled_height": 2, "pooled_width": 2, "spatial_scale": 0.5, "sampling_ratio": -1, "aligned": True},
+         grad=("X",), batch_dims=("X",), name="aligned"),
+    Case("box_coder", {"PriorBox": _boxes(3, 1), "PriorBoxVar": np.full((3, 4), 0.2, "float32"),
+                       "TargetBox": _boxes(4, 2)}, {"code_type": "encode_center_size"}, outputs=("OutputBox",)),
+    Case("box_coder", {"PriorBox": _boxes(3, 3) * 20, "TargetBox": _boxes(2, 4) * 20},
+         {"code_type": "encode_center_size", "box_normalized": False, "variance": [0.1, 0.1, 0.2, 0.2]},
+         outputs=("OutputBox",), name="pixels_variance_attr"),
+    Case("box_coder", {"PriorBox": _boxes(3, 5), "PriorBoxVar": np.full((3, 4), 0.1, "float32"),
+                       "TargetBox": rand(2, 3, 4)}, {"code_type": "decode_center_size"}, outputs=("OutputBox",),
+         name="decode"),
+    Case("box_coder", {"PriorBox": _boxes(2, 6) * 30, "TargetBox": rand(2, 3, 4)},
+         {"code_type": "decode_center_size", "box_normalized": False, "axis": 1, "variance": [0.1, 0.1, 0.2, 0.2]},
+         outputs=("OutputBox",), name="decode_axis1", batch_dims=()),
+    Case("prior_box", {"Input": rand(1, 2, 3, 4), "Image": rand(1, 3, 12, 16)},
+         {"min_sizes": [2.0, 4.0], "max_sizes": [3.0, 6.0], "aspect_ratios": [2.0], "flip": True, "clip": True,
+          "variances": [0.1, 0.1, 0.2, 0.2]}, outputs=("Boxes", "Variances")),
+    Case("prior_box", {"Input": rand(1, 2, 3, 3), "Image": rand(1, 3, 10, 11)},
+         {"min_sizes": [3.0], "max_sizes": [5.0], "aspect_ratios": [2.0, 3.0, 2.0], "flip": False,
+          "variances": [0.1, 0.1, 0.2, 0.2], "step_w": 3.5, "step_h": 3.0, "offset": 0.4,
+          "min_max_aspect_ratios_order": True}, outputs=("Boxes", "Variances"), name="order_steps"),
+    Case("yolo_box", {"X": rand(2, 2 * 8, 3, 4, low=-3, high=3), "ImgSize": np.array([[96, 128], [64, 80]], "int32")},
+         {"anchors": [10, 13, 16, 30], "class_num": 3, "conf_thresh": 0.5, "downsample_ratio": 32},
+         outputs=("Boxes", "Scores"), rtol=1e-5, atol=1e-4),
+    Case("yolo_box", {"X": rand(1, 3 * 8, 2, 3, low=-3, high=3), "ImgSize": np.array([[50, 70]], "int32")},
+         {"anchors": [10, 13, 16, 30, 33, 23], "class_num": 2, "conf_thresh": 0.3, "downsample_ratio": 16,
+          "clip_bbox": False, "scale_x_y": 1.05, "iou_aware": True, "iou_aware_factor": 0.4},
+         outputs=("Boxes", "Scores"), name="iou_aware", rtol=1e-5, atol=1e-4),
 ]
