@@ -107,7 +107,7 @@ def cmd_inspect(args) -> int:
     block = program.global_block()
     ops = Counter(op.type for b in program.blocks for op in b.ops)
     unsupported = sorted(t for t in ops if t not in fio.FEED_FETCH_OPS and not registry.has(t))
-    params = [v for v in fio._program_vars(program, fio._is_saved)]
+    params = fio.persistable_vars(program)
     values = sum(int(np.prod(v.shape)) if all(d >= 0 for d in v.shape) else 0 for v in params)
     nbytes = sum(int(np.prod(v.shape)) * dtypes.to_numpy(v.dtype).itemsize
                  for v in params if v.dtype and all(d >= 0 for d in v.shape))

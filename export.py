@@ -114,6 +114,9 @@ def export_program(program: Program, feed_vars, fetch_vars, scope: Scope | None 
     from .io import check_program
 
     check_program(program)
+    # The inference function: dropout off, batch norm on its running statistics (as Paddle's
+    # save_inference_model makes it); a no-op for a program that is already for inference.
+    program = program.clone(for_test=True)
     scope = global_scope() if scope is None else scope
     feed_names = _names(feed_vars, "feed_vars")
     fetch_names = _names(fetch_vars, "fetch_vars")

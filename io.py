@@ -43,7 +43,7 @@ from .tensor_stream import TensorReader, describe_foreign, refuse_pickle, write_
 
 __all__ = ["save_inference_model", "load_inference_model", "save_persistables", "load_persistables",
            "save_params", "load_params", "save_vars", "load_vars", "export", "feed_target_names",
-           "fetch_target_names", "check_program", "resolve_model_paths", "SUPPORTED_OP_VERSIONS",
+           "fetch_target_names", "check_program", "resolve_model_paths", "persistable_vars", "read_program", "SUPPORTED_OP_VERSIONS",
            "PROGRAM_VERSION"]
 
 # ProgramDesc.version Paddle 2.6.2 writes (major*1e6 + minor*1e3 + patch).
@@ -656,9 +656,25 @@ def save_program_files(path_prefix_or_dir: str, program: Program, scope: Scope, 
     return paths
 
 
+def persistable_vars(program: Program) -> list[Variable]:
+    """The variables a save of ``program`` writes (Paddle's ``is_persistable``), sorted by name."""
+    return _program_vars(program, _is_saved)
+
+
 def export(program: Program, feed_vars, fetch_vars, scope: Scope | None = None, executor=None,
            platforms: Sequence[str] | None = None):
-    """The inference function of ``program`` as a ``jax.export.Exported``; see :mod:`fluidjax.export`."""
+    """The inference function of ``program`` (run as ``clone(for_test=True)``) as a
+    ``jax.export.Exported``: ``f(*feeds) -> tuple(fetches)``, the parameters read from ``scope``
+    (the global scope by default) embedded as constants, every ``-1`` dim of a feed symbolic (the
+    first one of each feed is the shared symbol ``batch``). ``platforms`` (``"cpu"``,
+    ``"cuda"``, ``"rocm"``, ``"tpu"``) default to this machine's; ``executor`` is accepted for
+    Paddle-style calls and not needed. Details in :mod:`fluidjax.export`.
+
+    >>> # exported = fj.io.export(program, feed_names, fetch_targets)
+    >>> # blob = exported.serialize()                       # elsewhere, with only JAX:
+    >>> # jax.export.deserialize(blob).call(xs)
+    """
+    del executor
     from .export import export_program
 
     return export_program(program, feed_vars, fetch_vars, scope=scope, platforms=platforms)

@@ -582,3 +582,12 @@ def test_vision_models_saved_by_jit_save_load_run_and_export(tmp_path, arch):
         scale = np.abs(expected).max()
         np.testing.assert_allclose(got / scale, expected / scale, atol=1e-5)
         np.testing.assert_allclose(np.asarray(restored.call(xs[:n])[0]) / scale, expected / scale, atol=1e-5)
+
+
+def test_export_of_a_training_program_is_its_inference_function():
+    img, label, prob, loss = _fj_cnn()
+    exe = _train_fj(img, label, loss)
+    exported = fio.export(fj.default_main_program(), [img], [prob])      # batch norm on running stats
+    xs = _rng(14).random((3, 1, 8, 8), dtype=np.float32)
+    want, = exe.run(fj.default_main_program().clone(for_test=True), feed={"img": xs}, fetch_list=[prob])
+    np.testing.assert_allclose(np.asarray(exported.call(xs)[0]), want, rtol=1e-5, atol=1e-6)
