@@ -187,12 +187,12 @@ class TensorReader:
         if nbytes > self.remaining:
             raise self._fail(variable, f"truncated file: a {dtype} tensor of shape {list(shape)} needs {nbytes} "
                                        f"bytes of data, {self.remaining} are left")
-        raw = bytearray(nbytes)              # writable, and the only copy of the data
-        got = self._f.readinto(raw)
+        # Read straight into the array (allocated uninitialized: no zero-filling pass over it).
+        array = np.empty(shape, np_dtype)
+        got = self._f.readinto(memoryview(array.reshape(-1)).cast("B")) if nbytes else 0
         if got != nbytes:                    # the file shrank while we read it
             raise self._fail(variable, f"truncated file: the tensor data needs {nbytes} bytes, got {got}")
         self.pos += nbytes
-        array = np.frombuffer(raw, np_dtype).reshape(shape)
         if lod:
             problem = lod_problem(lod, shape[0] if shape else 0)
             if problem is not None:
