@@ -23,6 +23,7 @@ from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
 from ._shapes import paddle_broadcast
+from ..lod_value import LoDValue
 from .manipulation import static_ints
 
 
@@ -700,3 +701,130 @@ def set_value(ctx):
         _fail(ctx, f"the value of shape {list(value.shape)} does not broadcast to the slice {assign_shape}")
     value = value.reshape(region.shape)
     return {"Out": x.at[index].set(value)}
+
+
+# -- data-dependent output sizes (docs/ops_data_dependent.md) ---------------------------------------
+# The number of rows of these outputs depends on the data. Inside jax.jit an output is padded to a
+# static capacity (the most rows the input allows) and carried as a LoDValue whose single level
+# [0, count] holds the real row count: a fetch cuts it back to the real rows (Paddle's result),
+# row-wise consumers compute on the padding harmlessly (its rows are zeros).
+def ragged(data, count) -> LoDValue:
+    """``data`` padded to its capacity, of which the first ``count`` rows are real."""
+    return LoDValue(data, [jnp.stack([jnp.zeros((), jnp.int32), jnp.asarray(count, jnp.int32)])])
+
+
+def _where_index_shape(ctx: InferShapeContext) -> None:
+    cond = ctx.input("Condition")
+    ctx.set_output("Out", (-1, cond.ndim), "int64", 0)
+
+
+@op("where_index", inputs="Condition", outputs="Out", infer_shape=_where_index_shape, grad=None)
+def where_index(ctx):
+    """The int64 coordinates [K, rank] of the K non-zero (true) elements of Condition, in row-major
+    order (``paddle.nonzero``). K depends on the data: the value is padded to Condition's size
+    and carries K (see docs/ops_data_dependent.md)."""
+    cond = ctx.input("Condition")
+    flat = cond.reshape(-1) != 0
+    capacity = flat.shape[0]
+    (pos,) = jnp.nonzero(flat, size=capacity, fill_value=0)
+    coords = jnp.stack(jnp.unravel_index(pos, cond.shape), axis=-1) if cond.ndim else jnp.zeros((capacity, 0))
+    count = jnp.sum(flat)
+    valid = (jnp.arange(capacity) < count)[:, None]
+    return {"Out": ragged(jnp.where(valid, coords, 0).astype(jnp.int64), count)}
+
+
+def _masked_select_shape(ctx: InferShapeContext) -> None:
+    x, mask = ctx.input("X"), ctx.input("Mask")
+    ctx.check(mask.dtype == "bool", f"Mask must be bool, got {mask.dtype}")
+    ctx.check(paddle_broadcast(x.shape, mask.shape, -1) is not None, f"X {x.shape} and Mask {mask.shape} do not broadcast")
+    ctx.set_output("Y", (-1,), x.dtype, 0)
+
+
+@op("masked_select", inputs="X Mask", outputs="Y", infer_shape=_masked_select_shape, no_grad_inputs=["Mask"])
+def masked_select(ctx):
+    """The elements of X where Mask is true (X and Mask broadcast), as a 1-D tensor in row-major
+    order. Its length depends on the data: padded to the broadcast size, carrying the count."""
+    x, mask = ctx.input("X"), ctx.input("Mask")
+    shape = jnp.broadcast_shapes(x.shape, mask.shape)
+    xs = jnp.broadcast_to(x, shape).reshape(-1)
+    ms = jnp.broadcast_to(mask, shape).reshape(-1)
+    (pos,) = jnp.nonzero(ms, size=xs.shape[0], fill_value=0)
+    count = jnp.sum(ms)
+    valid = jnp.arange(xs.shape[0]) < count
+    return {"Y": ragged(jnp.where(valid, xs[pos], jnp.zeros((), x.dtype)), count)}
+
+
+def _unique_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    axis = list(ctx.attr("axis") or [])
+    ctx.check(len(axis) <= 1, f"unique takes at most one axis, got {axis}")
+    index_dtype = dtypes.from_enum(ctx.attr("dtype"))
+    ctx.check(index_dtype in ("int32", "int64"), f"dtype must be int32 or int64, got {index_dtype}")
+    if axis:
+        a = axis[0] % x.ndim
+        out = tuple(-1 if i == a else d for i, d in enumerate(x.shape))
+        inverse = (x.shape[a],)
+    else:
+        out = (-1,)
+        inverse = (-1,) if any(d < 0 for d in x.shape) else (int(np.prod(x.shape)),)
+    ctx.set_output("Out", out, x.dtype, 0)
+    for slot in ("Indices", "Counts"):
+        if ctx.has_output(slot):
+            ctx.set_output(slot, (-1,), index_dtype, 0)
+    if ctx.has_output("Index"):
+        ctx.set_output("Index", inverse, index_dtype, 0)
+
+
+@op("unique", inputs="X", outputs="Out Indices? Index Counts?",
+    attrs={"return_index": False, "return_inverse": False, "return_counts": False, "axis": Attr("ints", []),
+           "dtype": 3, "is_sorted": False},
+    infer_shape=_unique_shape, grad=None)
+def unique(ctx):
+    """The distinct values of X (flattened, or the distinct slices along one ``axis``): sorted
+    when ``is_sorted`` (Paddle 2.x's paddle.unique), else in order of first appearance (fluid's
+    unique). Indices: where each first appears; Index: for each element, its value's position in
+    Out; Counts: how often each appears. Out, Indices and Counts have data-dependent lengths:
+    padded to X's size (along the axis), carrying the count."""
+    x = ctx.input("X")
+    index_dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
+    axis = [int(a) % x.ndim for a in (ctx.attr("axis") or [])]
+    if axis:
+        moved = jnp.moveaxis(x, axis[0], 0)
+        rows = moved.reshape(moved.shape[0], -1)
+    else:
+        moved = x.reshape(-1)
+        rows = moved.reshape(-1, 1)
+    n = rows.shape[0]
+    # Sort rows lexicographically (stable), then mark where a new distinct row starts.
+    order = jnp.lexsort(tuple(rows[:, k] for k in reversed(range(rows.shape[1])))) if rows.shape[1] else \
+        jnp.arange(n)
+    srt = rows[order]
+    new = jnp.concatenate([jnp.ones((1,), bool), jnp.any(srt[1:] != srt[:-1], axis=1)]) if n else jnp.zeros((0,), bool)
+    group = jnp.cumsum(new) - 1                               # sorted position -> distinct rank
+    count = jnp.sum(new)
+    inverse_sorted = jnp.zeros((n,), jnp.int32).at[order].set(group.astype(jnp.int32))
+    first = jnp.full((n,), n, jnp.int32).at[group].min(order.astype(jnp.int32))   # rank -> first position
+    counts = jnp.zeros((n,), jnp.int32).at[group].add(1)
+    valid = jnp.arange(n) < count
+    if ctx.attr("is_sorted"):
+        rank_of = jnp.arange(n)                                # output slot k holds rank k
+        inverse = inverse_sorted
+    else:
+        # Order the distinct values by first appearance.
+        key = jnp.where(valid, first, n + jnp.arange(n))
+        rank_of = jnp.argsort(key, stable=True)               # output slot k holds rank rank_of[k]
+        slot_of_rank = jnp.zeros((n,), jnp.int32).at[rank_of].set(jnp.arange(n, dtype=jnp.int32))
+        inverse = slot_of_rank[inverse_sorted]
+    first_pos = jnp.where(valid, first[rank_of], 0)
+    values = moved[first_pos]
+    values = jnp.where(valid.reshape((-1,) + (1,) * (values.ndim - 1)), values, jnp.zeros((), x.dtype))
+    out = {"Out": ragged(jnp.moveaxis(values, 0, axis[0]) if axis else values, count)}
+    if axis and axis[0] != 0:
+        _fail(ctx, "unique along an axis other than 0 is not supported (its padded rows would not be leading)")
+    if ctx.has_output("Index"):
+        out["Index"] = inverse.astype(index_dtype)
+    if ctx.has_output("Indices"):
+        out["Indices"] = ragged(first_pos.astype(index_dtype), count)
+    if ctx.has_output("Counts"):
+        out["Counts"] = ragged(jnp.where(valid, counts[rank_of], 0).astype(index_dtype), count)
+    return out

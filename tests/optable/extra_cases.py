@@ -192,3 +192,64 @@ CASES = [
          {"axes": [0, 1], "starts": [1, 0], "ends": [3, 6], "steps": [1, 2], "values": _scalars([2.5]), "shape": [1],
           "dtype": 6}, name="scalar_f64", batch_dims=(), paddle=False, oracle=_set_value_ref),
 ]
+
+
+# -- data-dependent output sizes: exact rows against Paddle (custom checks) ------------------------
+def _rows_match_paddle(grad_of_mean: bool = False):
+    """A check comparing the fetched outputs with Paddle's. Their row counts depend on the data, so
+    the harness's build-time shape checks do not apply; ``grad_of_mean`` also compares X's gradient
+    of mean(first output) (``mean`` averages the real rows only)."""
+
+    def check(case):
+        import fluidjax as fj
+        import paddle
+        import paddle_oracle as po
+        import test_op_table as harness
+
+        built = harness.Built(case)
+        fetch = built.compared_outputs()
+        ours = harness._run_fluidjax(built, fetch)
+        theirs = po.run(built.main.serialize(), built.feed, fetch)
+        for name, a, e in zip(fetch, ours, theirs):
+            harness._assert_close(a, e, case.rtol, case.atol, f"{case.id}: output {name}")
+        if not grad_of_mean:
+            return
+        block = built.main.global_block()
+        first = block.var(fetch[0])
+        loss = block.create_var("loss", (), first.dtype)
+        block.append_op("mean", {"X": first}, {"Out": loss})
+        forward = built.main.serialize()
+        with fj.program_guard(built.main, built.startup):
+            fj.append_backward(loss)
+        (ours,) = harness._run_fluidjax(built, ["x_0@GRAD"])
+        prog = po.parse(forward)
+        with paddle.static.program_guard(prog):
+            paddle.static.append_backward(prog.global_block().var("loss"))
+        (theirs,) = po.run(prog, built.feed, ["x_0@GRAD"])
+        harness._assert_close(ours, theirs, case.grad_rtol, case.grad_atol, f"{case.id}: gradient of X")
+
+    return check
+
+
+_COND = np.array([[0.0, 1.5, 0.0, -2.0], [0.0, 0.0, 0.0, 3.0], [4.0, 0.0, 0.5, 0.0]], "float32")
+_DUPS = np.array([[3, 1, 3, 7], [1, 1, 9, 3], [7, 0, 0, 2]], "int64")
+
+CASES += [
+    Case("where_index", {"Condition": _COND > 0}, check=_rows_match_paddle()),
+    Case("where_index", {"Condition": _COND.reshape(3, 2, 2)}, name="float_3d", check=_rows_match_paddle()),
+    Case("where_index", {"Condition": np.zeros((2, 3), bool)}, name="none", check=_rows_match_paddle()),
+    Case("masked_select", {"X": rand(3, 4), "Mask": _COND > 0}, outputs=("Y",),
+         check=_rows_match_paddle(grad_of_mean=True)),
+    Case("masked_select", {"X": rand(3, 4, dtype="float64"), "Mask": np.array([True, False, True, True])},
+         outputs=("Y",), name="broadcast_f64", check=_rows_match_paddle(grad_of_mean=True)),
+    Case("unique", {"X": _DUPS}, {"is_sorted": True, "return_index": True, "return_inverse": True,
+                                  "return_counts": True}, outputs=("Out", "Indices", "Index", "Counts"),
+         check=_rows_match_paddle()),
+    Case("unique", {"X": _DUPS.astype("float32")}, {"is_sorted": True, "return_inverse": True, "dtype": 2},
+         outputs=("Out", "Index"), name="float_int32", check=_rows_match_paddle()),
+    Case("unique", {"X": _DUPS.reshape(-1)}, {"is_sorted": False, "dtype": 2}, outputs=("Out", "Index"),
+         name="first_seen", check=_rows_match_paddle()),
+    Case("unique", {"X": np.array([[1, 2], [3, 4], [1, 2], [0, 5]], "int64")},
+         {"is_sorted": True, "axis": [0], "return_index": True, "return_inverse": True, "return_counts": True},
+         outputs=("Out", "Indices", "Index", "Counts"), name="rows", check=_rows_match_paddle()),
+]
