@@ -762,6 +762,7 @@ def _unique_shape(ctx: InferShapeContext) -> None:
     ctx.check(index_dtype in ("int32", "int64"), f"dtype must be int32 or int64, got {index_dtype}")
     if axis:
         a = axis[0] % x.ndim
+        ctx.check(a == 0, f"unique along axis {axis[0]} is not supported, only along axis 0 (or flattened)")
         out = tuple(-1 if i == a else d for i, d in enumerate(x.shape))
         inverse = (x.shape[a],)
     else:
@@ -788,8 +789,10 @@ def unique(ctx):
     x = ctx.input("X")
     index_dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
     axis = [int(a) % x.ndim for a in (ctx.attr("axis") or [])]
+    if axis and axis[0] != 0:
+        _fail(ctx, "unique along an axis other than 0 is not supported (its padded rows would not be leading)")
     if axis:
-        moved = jnp.moveaxis(x, axis[0], 0)
+        moved = x
         rows = moved.reshape(moved.shape[0], -1)
     else:
         moved = x.reshape(-1)
@@ -818,9 +821,7 @@ def unique(ctx):
     first_pos = jnp.where(valid, first[rank_of], 0)
     values = moved[first_pos]
     values = jnp.where(valid.reshape((-1,) + (1,) * (values.ndim - 1)), values, jnp.zeros((), x.dtype))
-    out = {"Out": ragged(jnp.moveaxis(values, 0, axis[0]) if axis else values, count)}
-    if axis and axis[0] != 0:
-        _fail(ctx, "unique along an axis other than 0 is not supported (its padded rows would not be leading)")
+    out = {"Out": ragged(values, count)}
     if ctx.has_output("Index"):
         out["Index"] = inverse.astype(index_dtype)
     if ctx.has_output("Indices"):
