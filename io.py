@@ -590,8 +590,11 @@ def resolve_model_paths(path_prefix: str, model_filename: str | None = None,
                 and os.path.exists(os.path.join(dirname, params_filename + PARAMS_SUFFIX)):
             params_filename += PARAMS_SUFFIX
         return model, dirname, params_filename
-    model = path_prefix + MODEL_SUFFIX if model_filename is None else model_filename
-    params = path_prefix + PARAMS_SUFFIX if params_filename is None else params_filename
+    if model_filename is not None or params_filename is not None:
+        # Paddle's rule: with file names given, the path is the directory that holds them.
+        raise ProgramFormatError(f"{path_prefix}: not a directory (model_filename/params_filename name files "
+                                 "inside a model directory)")
+    model, params = path_prefix + MODEL_SUFFIX, path_prefix + PARAMS_SUFFIX
     if not os.path.exists(params):
         # A model without persistable variables has no parameters file.
         return model, None, None

@@ -591,3 +591,28 @@ def test_export_of_a_training_program_is_its_inference_function():
     xs = _rng(14).random((3, 1, 8, 8), dtype=np.float32)
     want, = exe.run(fj.default_main_program().clone(for_test=True), feed={"img": xs}, fetch_list=[prob])
     np.testing.assert_allclose(np.asarray(exported.call(xs)[0]), want, rtol=1e-5, atol=1e-6)
+
+
+def test_named_files_inside_a_model_directory(tmp_path):
+    img, label, prob, loss = _fj_cnn()
+    exe = _train_fj(img, label, loss)
+    prefix = str(tmp_path / "m")
+    fio.save_inference_model(prefix, [img], [prob], exe)
+    folder = tmp_path / "named"
+    folder.mkdir()
+    os.replace(prefix + ".pdmodel", folder / "prog")
+    os.replace(prefix + ".pdiparams", folder / "weights")
+    xs = _rng(15).random((2, 1, 8, 8), dtype=np.float32)
+    want, = exe.run(fj.default_main_program().clone(for_test=True), feed={"img": xs}, fetch_list=[prob])
+    scope = fj.Scope()
+    program, feeds, fetches = fio.load_inference_model(str(folder), exe, model_filename="prog",
+                                                       params_filename="weights", scope=scope)
+    got, = exe.run(program, feed={"img": xs}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # Paddle reads the same directory with the same names.
+    p_prog, _, p_fetches = paddle.static.load_inference_model(str(folder), _pexe(), model_filename="prog",
+                                                              params_filename="weights")
+    np.testing.assert_allclose(_pexe().run(p_prog, feed={"img": xs}, fetch_list=p_fetches)[0], want,
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(fj.ProgramFormatError, match="not a directory"):
+        fio.load_inference_model(str(folder / "prog"), exe, model_filename="prog")
