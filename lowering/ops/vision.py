@@ -859,3 +859,171 @@ def yolo_box(ctx):
     scores = conf[:, :, None] * jax.nn.sigmoid(head[:, :, 5:])                      # [N, A, C, H, W]
     scores = jnp.where(keep[:, :, None], scores, 0).transpose(0, 1, 3, 4, 2)
     return {"Boxes": boxes.reshape(n, an * h * w, 4), "Scores": scores.reshape(n, an * h * w, classes)}
+
+
+# -- detection: NMS (data-dependent output sizes, docs/ops_data_dependent.md) -----------------------
+def _iou_matrix(boxes, normalized: bool):
+    """[K, K] Jaccard overlaps of corner boxes, Paddle's way (+1 to sizes for pixel boxes)."""
+    norm = 0.0 if normalized else 1.0
+    a, b = boxes[:, None, :], boxes[None, :, :]
+    disjoint = (b[..., 0] > a[..., 2]) | (b[..., 2] < a[..., 0]) | (b[..., 1] > a[..., 3]) | (b[..., 3] < a[..., 1])
+    iw = jnp.minimum(a[..., 2], b[..., 2]) - jnp.maximum(a[..., 0], b[..., 0]) + norm
+    ih = jnp.minimum(a[..., 3], b[..., 3]) - jnp.maximum(a[..., 1], b[..., 1]) + norm
+    inter = iw * ih
+
+    def area(box):
+        empty = (box[..., 2] < box[..., 0]) | (box[..., 3] < box[..., 1])
+        return jnp.where(empty, 0, (box[..., 2] - box[..., 0] + norm) * (box[..., 3] - box[..., 1] + norm))
+
+    union = area(a) + area(b) - inter
+    return jnp.where(disjoint, 0, inter / jnp.where(disjoint, 1, union))
+
+
+def _top_candidates(scores, threshold, top_k: int):
+    """The ``top_k`` indices of the scores above ``threshold``, best first (ties: lower index
+    first, a stable sort), and which of them are real candidates."""
+    above = scores > threshold
+    order = jnp.argsort(jnp.where(above, -scores, jnp.inf), stable=True)[:top_k]
+    return order, above[order]
+
+
+def _nms_shape(ctx: InferShapeContext, num_slot: str) -> None:
+    boxes, scores = ctx.input("BBoxes"), ctx.input("Scores")
+    ctx.check(scores.ndim == 3, f"Scores must be [N, classes, M] (the LoD form [M, classes] is not supported), "
+                                f"got {scores.shape}")
+    ctx.check(boxes.ndim == 3 and boxes.shape[2] in (4, -1), f"BBoxes must be [N, M, 4], got {boxes.shape}")
+    ctx.set_output("Out", (-1, 6), boxes.dtype, 0)
+    ctx.set_output("Index", (-1, 1), "int32", 0)
+    if ctx.has_output(num_slot):
+        ctx.set_output(num_slot, (boxes.shape[0] if boxes.shape[0] >= 0 else scores.shape[0],), "int32", 0)
+
+
+def _gather_detections(ctx, boxes, labels, scores, idx, selected, order, capacity: int, num_slot: str):
+    """Pack each image's selected detections (in ``order``) into one padded, counted output."""
+    from .extra import ragged
+
+    n, m = boxes.shape[0], boxes.shape[1]
+    take = order[:, :capacity]                                          # [N, P]
+    sel = jnp.take_along_axis(selected, take, axis=1)
+    lab = jnp.take_along_axis(labels, take, axis=1)
+    sco = jnp.take_along_axis(scores, take, axis=1)
+    ids = jnp.take_along_axis(idx, take, axis=1)
+    box = jnp.take_along_axis(boxes, ids[..., None], axis=1)           # [N, P, 4]
+    rows = jnp.concatenate([lab[..., None].astype(boxes.dtype), sco[..., None], box], axis=-1)
+    counts = jnp.sum(sel, axis=1).astype(jnp.int32)                    # selected rows lead each image
+    starts = jnp.cumsum(counts) - counts
+    dest = jnp.where(sel, starts[:, None] + jnp.arange(capacity)[None], n * capacity)
+    flat = dest.reshape(-1)
+    out = jnp.zeros((n * capacity, 6), boxes.dtype).at[flat].set(rows.reshape(-1, 6), mode="drop")
+    index = jnp.zeros((n * capacity, 1), jnp.int32).at[flat].set(
+        (ids + jnp.arange(n)[:, None] * m).reshape(-1, 1).astype(jnp.int32), mode="drop")
+    total = jnp.sum(counts)
+    result = {"Out": ragged(out, total), "Index": ragged(index, total)}
+    if ctx.has_output(num_slot):
+        result[num_slot] = counts
+    return result
+
+
+def _nms_candidates(ctx, boxes, scores):
+    """Per image and class: the top candidates' indices [N, C, K], validity and scores."""
+    m = boxes.shape[1]
+    top_k = int(ctx.attr("nms_top_k"))
+    k = m if top_k < 0 else min(top_k, m)
+    threshold = jnp.asarray(ctx.attr("score_threshold"), scores.dtype)
+    order, valid = jax.vmap(jax.vmap(lambda s: _top_candidates(s, threshold, k)))(scores)
+    background = int(ctx.attr("background_label"))
+    classes = jnp.arange(scores.shape[1])
+    valid = valid & (classes != background)[None, :, None]
+    cand_scores = jnp.take_along_axis(scores, order, axis=2)
+    return order, valid, cand_scores, k
+
+
+def _finish_nms(ctx, boxes, order, keep, cand_scores, k: int, num_slot: str, group_by_label: bool):
+    n, c = order.shape[:2]
+    labels = jnp.broadcast_to(jnp.arange(c)[None, :, None], order.shape).reshape(n, c * k)
+    pos = jnp.broadcast_to(jnp.arange(k)[None, None, :], order.shape).reshape(n, c * k)
+    keep, sco, idx = keep.reshape(n, c * k), cand_scores.reshape(n, c * k), order.reshape(n, c * k)
+    keep_top_k = int(ctx.attr("keep_top_k"))
+    # keep_top_k: the best kept detections of the image, ties to the lower label, then the earlier one.
+    rank_order = jnp.lexsort((pos, labels, -sco, ~keep), axis=-1)
+    rank = jnp.argsort(rank_order, axis=-1)
+    selected = keep & (rank < keep_top_k) if keep_top_k > -1 else keep
+    if group_by_label:
+        order_out = jnp.lexsort((pos, labels, ~selected), axis=-1)      # by label, then best first
+    else:
+        order_out = jnp.lexsort((pos, labels, -sco, ~selected), axis=-1)   # best first
+    capacity = c * k if keep_top_k < 0 else min(c * k, keep_top_k)
+    return _gather_detections(ctx, boxes, labels, sco, idx, selected, order_out, max(capacity, 1), num_slot)
+
+
+@op("multiclass_nms3", inputs="BBoxes Scores RoisNum?", outputs="Out Index NmsRoisNum?",
+    attrs={"score_threshold": 0.0, "nms_top_k": -1, "keep_top_k": -1, "nms_threshold": 0.3, "normalized": True,
+           "nms_eta": 1.0, "background_label": 0},
+    infer_shape=lambda ctx: _nms_shape(ctx, "NmsRoisNum"), grad=None)
+def multiclass_nms3(ctx):
+    """Per-class greedy NMS: for each image and class (except ``background_label``), the boxes
+    scoring above ``score_threshold`` (the best ``nms_top_k``) are kept best first unless they
+    overlap a kept one by more than ``nms_threshold`` (shrunk by ``nms_eta`` while above 0.5);
+    the image keeps its best ``keep_top_k``. Out rows are [label, score, x1, y1, x2, y2], by image,
+    then label, then score; Index is the box's row in BBoxes viewed as [N·M]; NmsRoisNum counts
+    each image's rows. The row count depends on the data: padded, with the count carried."""
+    boxes, scores = ctx.input("BBoxes"), ctx.input("Scores")
+    if ctx.input("RoisNum") is not None or scores.ndim != 3:
+        _fail(ctx, "only the batched form is supported: BBoxes [N, M, 4] and Scores [N, classes, M]")
+    order, valid, cand_scores, k = _nms_candidates(ctx, boxes, scores)
+    normalized = bool(ctx.attr("normalized"))
+    eta = float(ctx.attr("nms_eta"))
+    threshold0 = jnp.asarray(ctx.attr("nms_threshold"), boxes.dtype)
+
+    def greedy(box_idx, ok, image_boxes):
+        iou = _iou_matrix(image_boxes[box_idx], normalized)                # [K, K]
+
+        def step(i, carry):
+            keep, thr = carry
+            earlier = (jnp.arange(k) < i) & keep
+            keep_i = ok[i] & ~jnp.any(earlier & (iou[i] > thr))
+            keep = keep.at[i].set(keep_i)
+            if eta < 1:
+                thr = jnp.where(keep_i & (thr > 0.5), thr * eta, thr)
+            return keep, thr
+
+        keep, _ = lax.fori_loop(0, k, step, (jnp.zeros((k,), bool), threshold0))
+        return keep
+
+    keep = jax.vmap(lambda o, v, b: jax.vmap(lambda oc, vc: greedy(oc, vc, b))(o, v))(order, valid, boxes)
+    return _finish_nms(ctx, boxes, order, keep, cand_scores, k, "NmsRoisNum", group_by_label=True)
+
+
+@op("matrix_nms", inputs="BBoxes Scores", outputs="Out Index RoisNum?",
+    attrs={"score_threshold": 0.0, "nms_top_k": -1, "keep_top_k": -1, "post_threshold": 0.0, "use_gaussian": False,
+           "gaussian_sigma": 2.0, "background_label": 0, "normalized": True},
+    infer_shape=lambda ctx: _nms_shape(ctx, "RoisNum"), grad=None)
+def matrix_nms(ctx):
+    """Matrix NMS (SOLOv2): each candidate's score decays by its overlap with every better one of
+    its class — min over them of (1 - iou) / (1 - that one's own largest iou), or the Gaussian
+    exp((max_iou² - iou²)·sigma) — and is kept when the decayed score exceeds ``post_threshold``.
+    Out rows [label, decayed score, x1, y1, x2, y2] best first per image (``keep_top_k`` of them);
+    padded, with the count carried, like multiclass_nms3."""
+    boxes, scores = ctx.input("BBoxes"), ctx.input("Scores")
+    order, valid, cand_scores, k = _nms_candidates(ctx, boxes, scores)
+    normalized = bool(ctx.attr("normalized"))
+    sigma = float(ctx.attr("gaussian_sigma"))
+    post = jnp.asarray(ctx.attr("post_threshold"), boxes.dtype)
+    gaussian = bool(ctx.attr("use_gaussian"))
+
+    def decay(box_idx, ok, sc, image_boxes):
+        iou = _iou_matrix(image_boxes[box_idx], normalized)                # [K, K]
+        below = jnp.arange(k)[None, :] < jnp.arange(k)[:, None]            # j < i
+        iou = jnp.where(below & ok[None, :], iou, 0)
+        max_iou = jnp.max(iou, axis=1)                                     # each one's largest
+        if gaussian:
+            d = jnp.exp((max_iou[None, :] ** 2 - iou ** 2) * sigma)
+        else:
+            d = (1 - iou) / (1 - max_iou[None, :])
+        factor = jnp.min(jnp.where(below & ok[None, :], d, 1), axis=1)
+        decayed = factor * sc
+        return ok & (decayed > post), decayed
+
+    keep, decayed = jax.vmap(lambda o, v, s, b: jax.vmap(lambda oc, vc, sc: decay(oc, vc, sc, b))(o, v, s))(
+        order, valid, cand_scores, boxes)
+    return _finish_nms(ctx, boxes, order, keep, decayed, k, "RoisNum", group_by_label=False)

@@ -138,3 +138,43 @@ CASES = [
           "clip_bbox": False, "scale_x_y": 1.05, "iou_aware": True, "iou_aware_factor": 0.4},
          outputs=("Boxes", "Scores"), name="iou_aware", rtol=1e-5, atol=1e-4),
 ]
+
+
+# -- NMS: data-dependent row counts, exact rows against Paddle (custom checks) ----------------------
+def _nms_inputs(n, m, c, seed, pixels=False):
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 0.6, (n, m, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(0.1, 0.4, (n, m, 2))], -1)
+    if pixels:
+        boxes = np.round(boxes * 40)
+    # Distinct scores: the order of equal scores is a tie-break detail.
+    scores = rng.permutation(n * c * m).reshape(n, c, m) / (n * c * m) + 0.01
+    return boxes.astype("float32"), scores.astype("float32")
+
+
+def _nms_case(op, inputs, attrs, name, outputs):
+    from .extra_cases import _rows_match_paddle
+
+    return Case(op, {"BBoxes": inputs[0], "Scores": inputs[1]}, attrs, outputs=outputs, name=name,
+                check=_rows_match_paddle())
+
+
+_MC = ("Out", "Index", "NmsRoisNum")
+_MX = ("Out", "Index", "RoisNum")
+CASES += [
+    _nms_case("multiclass_nms3", _nms_inputs(2, 6, 3, 1), {"score_threshold": 0.3, "nms_top_k": 4, "keep_top_k": 5,
+                                                           "nms_threshold": 0.3}, "", _MC),
+    _nms_case("multiclass_nms3", _nms_inputs(2, 8, 4, 2), {"score_threshold": 0.1, "nms_top_k": -1, "keep_top_k": -1,
+                                                           "nms_threshold": 0.5, "background_label": -1},
+              "all_classes", _MC),
+    _nms_case("multiclass_nms3", _nms_inputs(1, 8, 3, 3, pixels=True),
+              {"score_threshold": 0.2, "nms_top_k": 6, "keep_top_k": 4, "nms_threshold": 0.6, "nms_eta": 0.7,
+               "normalized": False}, "pixels_eta", _MC),
+    _nms_case("multiclass_nms3", _nms_inputs(2, 4, 2, 4), {"score_threshold": 2.0, "keep_top_k": 3},
+              "none_kept", _MC),
+    _nms_case("matrix_nms", _nms_inputs(2, 6, 3, 1), {"score_threshold": 0.3, "post_threshold": 0.2, "nms_top_k": 4,
+                                                      "keep_top_k": 5}, "", _MX),
+    _nms_case("matrix_nms", _nms_inputs(2, 7, 3, 5), {"score_threshold": 0.1, "post_threshold": 0.1, "nms_top_k": -1,
+                                                      "keep_top_k": -1, "use_gaussian": True, "gaussian_sigma": 3.0,
+                                                      "background_label": -1}, "gaussian", _MX),
+]
