@@ -1,5 +1,5 @@
 """Recurrent layers with Fluid 1.x's names and arguments: ``dynamic_lstm`` and ``dynamic_gru`` over
-LoD sequences, and the one-step cell ``gru_unit``.
+LoD sequences, and the one-step cells ``gru_unit`` and ``lstm_unit``.
 
 Like Fluid, the sequence layers take input that is already projected (an ``fc`` of 4·D or 3·D
 columns before them) and only add the recurrent part; gate layouts are Paddle's (see
@@ -16,9 +16,11 @@ from __future__ import annotations
 from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
+from .layers import fc
 from .param_attr import ParamAttr
+from .tensor_layers import concat
 
-__all__ = ["dynamic_lstm", "dynamic_gru", "gru_unit"]
+__all__ = ["dynamic_lstm", "dynamic_gru", "gru_unit", "lstm_unit"]
 
 _ACTIVATIONS = ("sigmoid", "tanh", "relu", "identity")
 _GRU_UNIT_ACTIVATIONS = {"identity": 0, "sigmoid": 1, "tanh": 2, "relu": 3}
@@ -156,3 +158,32 @@ def gru_unit(input: Variable, hidden: Variable, size: int, param_attr=None, bias
                             "gate_activation": _GRU_UNIT_ACTIVATIONS[gate_activation],
                             "origin_mode": bool(origin_mode)})
     return updated, reset_hidden_prev, gate
+
+
+def lstm_unit(x_t: Variable, hidden_t_prev: Variable, cell_t_prev: Variable, forget_bias: float = 0.0,
+              param_attr=None, bias_attr=None, name: str | None = None) -> tuple[Variable, Variable]:
+    """One LSTM step, as Fluid 1.x built it; returns (hidden, cell).
+
+    Emits ``concat([x_t, hidden_t_prev])``, an ``fc`` of 4·D columns (gate columns i, f, o, g;
+    ``param_attr``/``bias_attr`` are its) and the ``lstm_unit`` op:
+    c = σ(f + forget_bias)·c_prev + σ(i)·tanh(g), h = σ(o)·tanh(c). ``hidden_t_prev`` and
+    ``cell_t_prev`` are [N, D], ``x_t`` [N, M].
+    """
+    for arg, v in (("x_t", x_t), ("hidden_t_prev", hidden_t_prev), ("cell_t_prev", cell_t_prev)):
+        if v.ndim != 2:
+            raise ShapeError(f"lstm_unit: {arg} must be rank 2, got shape {v.shape}")
+    batch = {v.shape[0] for v in (x_t, hidden_t_prev, cell_t_prev)} - {-1}
+    if len(batch) > 1:
+        raise ShapeError("lstm_unit: the first dims of x_t, hidden_t_prev and cell_t_prev must be the same, got "
+                         f"{x_t.shape}, {hidden_t_prev.shape}, {cell_t_prev.shape}")
+    if hidden_t_prev.shape[1] != cell_t_prev.shape[1]:
+        raise ShapeError(f"lstm_unit: hidden_t_prev {hidden_t_prev.shape} and cell_t_prev {cell_t_prev.shape} "
+                         "must have the same second dim")
+    helper = LayerHelper("lstm_unit", name)
+    size = cell_t_prev.shape[1]
+    projected = fc(concat([x_t, hidden_t_prev], axis=1), 4 * size, param_attr=param_attr,
+                   bias_attr=ParamAttr() if bias_attr is None else bias_attr)
+    c, h = helper.create_tmp(x_t.dtype), helper.create_tmp(x_t.dtype)
+    helper.append_op("lstm_unit", inputs={"X": projected, "C_prev": cell_t_prev}, outputs={"C": c, "H": h},
+                     attrs={"forget_bias": float(forget_bias)})
+    return h, c

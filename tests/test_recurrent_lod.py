@@ -1,4 +1,4 @@
-"""The recurrent layers (dynamic_lstm, dynamic_gru, gru_unit) against Paddle 2.6.2 running the
+"""The recurrent layers (dynamic_lstm, dynamic_gru, gru_unit, lstm_unit) against Paddle 2.6.2 running the
 same program, padding invariance of the LoD recurrences, and their build-time errors.
 
 The ops themselves (every attribute, gradients, float64 finite differences) are rows of the
@@ -112,6 +112,29 @@ def test_gru_unit_layer_trains_like_paddle():
     ours, theirs = _run_both(main, startup, feed, {}, fetch)
     for name, a, b in zip(fetch, ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_lstm_unit_layer_is_fc_of_concat_then_the_cell():
+    """lstm_unit is gone from Paddle 2.x: the layer's ops are checked, and its result against NumPy."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = layer.data("x", dims=5)
+        h_prev = layer.data("h", dims=3)
+        c_prev = layer.data("c", dims=3)
+        h, c = layer.lstm_unit(x, h_prev, c_prev, forget_bias=0.5)
+    assert [op.type for op in main.global_block().ops] == ["concat", "mul", "elementwise_add", "lstm_unit"]
+    assert h.shape == c.shape == (-1, 3)
+    rng = np.random.default_rng(4)
+    feed = {k: rng.uniform(-1, 1, (4, n)).astype(np.float32) for k, n in (("x", 5), ("h", 3), ("c", 3))}
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    h_out, c_out, w, b = exe.run(main, feed=feed, fetch_list=[h, c, "fc_0.w_0", "fc_0.b_0"], scope=scope)
+    gates = np.concatenate([feed["x"], feed["h"]], axis=1) @ w + b
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    i, f, o, g = np.split(gates, 4, axis=1)
+    expect_c = sig(f + 0.5) * feed["c"] + sig(i) * np.tanh(g)
+    np.testing.assert_allclose(c_out, expect_c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h_out, sig(o) * np.tanh(expect_c), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])

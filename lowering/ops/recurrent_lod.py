@@ -1,5 +1,5 @@
 """Recurrent ops: ``lstm`` and ``gru`` over LoD sequences (Paddle's ops behind ``dynamic_lstm`` /
-``dynamic_gru``), and the one-step cell ``gru_unit``.
+``dynamic_gru``), and the one-step cells ``lstm_unit`` and ``gru_unit``.
 
 Gate layouts (Paddle 2.6.2's kernels; the op-test rows check them against Paddle):
 
@@ -10,6 +10,7 @@ Gate layouts (Paddle 2.6.2's kernels; the op-test rows check them against Paddle
   as its memory holds it: the first 2·D·D values are a [D, 2D] matrix (u, r), the last D·D a [D, D]
   matrix (candidate) — *not* ``Weight[:, :2D]`` and ``Weight[:, 2D:]``. ``origin_mode`` picks
   h = u·h_prev + (1-u)·c instead of the default h = (1-u)·h_prev + u·c.
+- ``lstm_unit``: the 4D columns of X are (i, f, o, g); ``forget_bias`` is added to f's input.
 
 How a recurrence runs inside ``jax.jit``: a LoD input is rows padded to a bucket plus offsets
 (``lowering/lod_value.py``). The number of sequences is static, their longest length is not (only
@@ -282,6 +283,16 @@ def _gru_unit_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Hidden", (batch, size), x.dtype, x.lod_level)
 
 
+def _lstm_unit_shape(ctx: InferShapeContext) -> None:
+    x, c = ctx.input("X"), ctx.input("C_prev")
+    ctx.check(x.ndim == 2 and c.ndim == 2, f"X and C_prev must be rank 2, got {x.shape} and {c.shape}")
+    ctx.check(dims_equal(x.shape[0], c.shape[0]) and (c.shape[1] < 0 or dims_equal(x.shape[1], 4 * c.shape[1])),
+              f"X must be [N, 4D] for C_prev [N, D], got X {x.shape} and C_prev {c.shape}")
+    batch = c.shape[0] if c.shape[0] >= 0 else x.shape[0]
+    ctx.set_output("C", (batch, c.shape[1]), x.dtype, x.lod_level)
+    ctx.set_output("H", (batch, c.shape[1]), x.dtype, x.lod_level)
+
+
 # -- the ops --------------------------------------------------------------------------------------
 def _sequences(ctx) -> LoDValue:
     x = ctx.input("Input")
@@ -395,6 +406,18 @@ def gru_unit(ctx):
     c = act(g[:, 2 * size:] + reset_prev @ w_c)
     hidden = c + u * (h_prev - c) if ctx.attr("origin_mode") else u * (c - h_prev) + h_prev
     return {"Gate": jnp.concatenate([u, r, c], axis=1), "ResetHiddenPrev": reset_prev, "Hidden": hidden}
+
+
+@op("lstm_unit", inputs="X C_prev", outputs="C H", attrs={"forget_bias": 0.0}, infer_shape=_lstm_unit_shape)
+def lstm_unit(ctx):
+    """One LSTM step for a batch, Fluid 1.x's ``lstm_unit`` (gone from Paddle 2.x's op library):
+    X [N, 4D] holds the projected (i, f, o, g); C = σ(f + forget_bias)·C_prev + σ(i)·tanh(g),
+    H = σ(o)·tanh(C).
+    """
+    x, c_prev = ctx.input("X"), ctx.input("C_prev")
+    xi, xf, xo, xg = jnp.split(x, 4, axis=1)
+    c = jax.nn.sigmoid(xf + jnp.asarray(ctx.attr("forget_bias"), x.dtype)) * c_prev + jax.nn.sigmoid(xi) * jnp.tanh(xg)
+    return {"C": c, "H": jax.nn.sigmoid(xo) * jnp.tanh(c)}
 
 
 lod_aware("lstm", "gru")

@@ -1,8 +1,10 @@
 """Rows of the recurrent ops: ``lstm`` and ``gru`` over LoD sequences (with an empty sequence, both
-directions, initial states, peepholes on and off, other activations) and the cell ``gru_unit``.
+directions, initial states, peepholes on and off, other activations) and the cells ``gru_unit``
+and ``lstm_unit``.
 
 Paddle's ``lstm_grad``/``gru_grad``/``gru_unit_grad`` take only Hidden's gradient, so the rows
-leave Cell and the intermediate outputs out of the loss (``no_grad_outputs``).
+leave Cell and the intermediate outputs out of the loss (``no_grad_outputs``). ``lstm_unit`` is
+gone from Paddle 2.x's op library: its rows check against NumPy (Fluid 1.x's kernel, written out).
 """
 
 import numpy as np
@@ -65,6 +67,14 @@ def _lstm_reference(inputs, attrs, lens=_LENS[0]):
     return {"Hidden": hidden, "Cell": cell}
 
 
+def _lstm_unit_reference(inputs, attrs):
+    """Fluid 1.x's lstm_unit kernel: X's columns are (i, f, o, g)."""
+    x, c_prev = inputs["X"], inputs["C_prev"]
+    i, f, o, g = np.split(x, 4, axis=1)
+    c = _sigmoid(f + attrs.get("forget_bias", 0.0)) * c_prev + _sigmoid(i) * np.tanh(g)
+    return {"C": c.astype(x.dtype), "H": (_sigmoid(o) * np.tanh(c)).astype(x.dtype)}
+
+
 CASES = [
     Case("lstm", **_lstm(9, _LENS), name="peepholes-empty-sequence"),
     Case("lstm", **_lstm(9, _LENS, dtype="float64", peepholes=False, is_reverse=True),
@@ -101,4 +111,9 @@ CASES = [
     Case("gru_unit", **_gru_unit(dtype="float64", bias=False, activation=0, gate_activation=2),
          name="no-bias-identity-tanh-float64"),
     Case("gru_unit", **_gru_unit(activation=3, gate_activation=1), name="relu"),
+    Case("lstm_unit", {"X": rand(5, 4 * _D), "C_prev": rand(5, _D)}, {"forget_bias": 0.0}, outputs=("C", "H"),
+         paddle=False, oracle=_lstm_unit_reference),
+    Case("lstm_unit", {"X": rand(5, 4 * _D, dtype="float64"), "C_prev": rand(5, _D, dtype="float64")},
+         {"forget_bias": 1.0}, outputs=("C", "H"), paddle=False, oracle=_lstm_unit_reference,
+         name="forget-bias-float64"),
 ]
