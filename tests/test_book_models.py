@@ -41,8 +41,13 @@ def _batches(name: str):
             yield {"words": ids, "label": labels}, lengths
 
 
+# LSTM widths (size / 4) that are not multiples of 8: Paddle 2.6.2's float32 AVX lstm_grad, used
+# for those widths, drops the hidden state's gradient into the cell (see tests/optable/recurrent_cases.py),
+# so Paddle would train differently from Paddle's own float64 kernels.
 BUILDERS = {
     "understand_sentiment_conv": bm.understand_sentiment_conv,
+    "understand_sentiment_lstm": lambda: bm.understand_sentiment_lstm(hid_dim=36),
+    "label_semantic_roles": lambda: bm.label_semantic_roles(hidden_dim=36),
 }
 
 
@@ -59,6 +64,7 @@ def test_book_model_trains_like_paddle(name):
     with fj.program_guard(main, startup):
         model = BUILDERS[name]()
     forward = main.serialize()
+    test_program = main.clone(for_test=True)
     with fj.program_guard(main, startup):
         fj.optimizer.Adam(learning_rate=LR).minimize(model.loss)
 
@@ -67,6 +73,8 @@ def test_book_model_trains_like_paddle(name):
     params = {p.name: np.asarray(scope.find_var(p.name).get_tensor()).copy()
               for p in main.global_block().all_parameters()}
     batches = list(_batches(name))
+    first_feed, _, _ = _lod_feed(model, *batches[0])
+    before = float(exe.run(test_program, feed=first_feed, fetch_list=[model.loss], scope=scope)[0])
     ours = []
     for values, lengths in batches:
         feed, _, _ = _lod_feed(model, values, lengths)
@@ -88,4 +96,5 @@ def test_book_model_trains_like_paddle(name):
         theirs.append(float(po.run(pd_main, arrays, [model.loss.name], scope=pd_scope, lods=lods)[0]))
 
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, err_msg=f"{name}: per-step losses")
-    assert np.mean(ours[-3:]) < np.mean(ours[:3]), f"{name} did not learn: {ours}"
+    after = float(exe.run(test_program, feed=first_feed, fetch_list=[model.loss], scope=scope)[0])
+    assert after < before, f"{name} did not learn: the first batch's loss went from {before} to {after}"
