@@ -365,6 +365,14 @@ def test_save_params_saves_parameters_only(tmp_path):
     np.testing.assert_array_equal(np.asarray(scope.find_var("fc_1.w_0").get_tensor()),
                                   np.asarray(fj.global_scope().find_var("fc_1.w_0").get_tensor()))
     assert scope.find_var("learning_rate_0") is None
+    # Paddle's load_vars with its is_parameter predicate reads the same files.
+    main = paddle.static.Program.parse_from_string(fj.default_main_program().serialize())
+    pscope = paddle.static.Scope()
+    with paddle.static.scope_guard(pscope):
+        paddle.static.load_vars(_pexe(), str(tmp_path), main, predicate=paddle.static.io.is_parameter)
+    for name in ("fc_0.w_0", "fc_1.b_0"):
+        np.testing.assert_array_equal(np.array(pscope.find_var(name).get_tensor()),
+                                      np.asarray(fj.global_scope().find_var(name).get_tensor()))
 
 
 # -- checks before anything runs ---------------------------------------------------------------------
