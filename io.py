@@ -537,6 +537,10 @@ def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, prog
         files.abort()
 
 
+_PIR_HINT = ("Paddle 3's PIR programs (.json) are not read by fluidjax; save the model with Paddle 2.6, or with "
+             "Paddle 3 and FLAGS_enable_pir_api=0, to get a .pdmodel")
+
+
 def read_program(path: str) -> Program:
     """Parse a saved program file (``.pdmodel``, ``__model__``); a pickle or any other format is a
     typed error naming the file."""
@@ -544,12 +548,17 @@ def read_program(path: str) -> Program:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
+        pir = path[:-len(MODEL_SUFFIX)] + ".json" if path.endswith(MODEL_SUFFIX) else None
+        if pir is not None and os.path.exists(pir):
+            raise ProgramFormatError(f"{path}: no such model file, but there is {pir}: {_PIR_HINT}") from None
         raise ProgramFormatError(f"{path}: no such model file") from None
     except IsADirectoryError:
         raise ProgramFormatError(f"{path}: is a directory, not a model file") from None
     kind = describe_foreign(data[:8])
     if kind == "pickle":
         raise refuse_pickle(path, "a Paddle program (.pdmodel)")
+    if data[:1] == b"{":
+        raise ProgramFormatError(f"{path}: this file is JSON, not a ProgramDesc: {_PIR_HINT}")
     if kind is not None:
         raise ProgramFormatError(f"{path}: this file is {kind}, not a Paddle program (.pdmodel)")
     try:

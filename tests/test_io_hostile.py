@@ -260,3 +260,13 @@ def test_a_missing_parameters_file_is_named(tmp_path):
     os.remove(folder / "fc_0.w_0")
     with pytest.raises(TensorFormatError, match=r"fc_0\.w_0: no such file"):
         fio.load_inference_model(str(folder), exe, scope=fj.Scope())
+
+
+def test_a_paddle_3_json_program_is_named(tmp_path):
+    prefix, exe = _model(tmp_path)
+    os.replace(prefix + ".pdmodel", prefix + ".json")
+    with pytest.raises(fj.ProgramFormatError, match="PIR"):
+        fio.load_inference_model(prefix, exe, scope=fj.Scope())
+    open(prefix + ".pdmodel", "w").write('{"program": {"regions": []}}')
+    with pytest.raises(fj.ProgramFormatError, match="JSON, not a ProgramDesc"):
+        fio.load_inference_model(prefix, exe, scope=fj.Scope())
