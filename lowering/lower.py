@@ -305,10 +305,16 @@ def _block_index(ref) -> Any:
 
 
 def block_refs(op) -> list[int]:
-    """The block indices ``op``'s BLOCK / BLOCKS attributes name (unchecked)."""
+    """The block indices ``op``'s BLOCK / BLOCKS attributes name (unchecked): those its op
+    definition declares as blocks (the sub-blocks its rule runs; another op's stray BLOCK
+    attribute runs nothing)."""
+    if not registry.has(op.type):
+        return []
+    declared = registry.get(op.type).attrs
     out = []
     for name, value in op.attrs.items():
-        if op.attr_types.get(name) in _BLOCK_KINDS:
+        spec = declared.get(name)
+        if spec is not None and spec.type_id in _BLOCK_KINDS and op.attr_types.get(name) in _BLOCK_KINDS:
             out.extend(_block_index(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
     return out
 
