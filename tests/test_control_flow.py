@@ -92,6 +92,9 @@ def check_paddle_while_program_runs_here():
         loss = paddle.mean(y)
         paddle.static.append_backward(loss)
     prog = fj.Program.parse(main.desc.serialize_to_string())
+    from fluidjax.lowering.ops.control_flow import _bound
+
+    assert _bound(next(op for op in prog.global_block().ops if op.type == "while")) == 3   # read off the program
     rng = np.random.default_rng(1)
     feed = {"x": rng.uniform(0.5, 1.1, (2, 3)).astype("float32"), "s": rng.uniform(0.8, 1.2, 3).astype("float32")}
     fetch = [y.name, i2.name, "x@GRAD", "s@GRAD"]
@@ -195,14 +198,15 @@ def test_cond_gradients_match_paddle_and_finite_differences(sign):
             np.testing.assert_allclose(grad[idx], numeric, rtol=1e-5, atol=1e-8)
 
 
-def _while_square_program(max_iterations=None, dtype="float64"):
-    """y = x, then y = y * y three times (x⁸), w read by the body too: y = y * y * w."""
+def _while_square_program(max_iterations=None, dtype="float64", fed_count=False):
+    """y = x, then y = y * y three times (x⁸), w read by the body too: y = y * y * w.
+    ``fed_count``: the trip count is fed (``n``), so the program does not tell it."""
     main, startup = fj.Program(), fj.Program()
     with fj.program_guard(main, startup):
         x = main.global_block().create_var("x", (2, 3), dtype, is_data=True, stop_gradient=False)
         w = main.global_block().create_var("w", (3,), dtype, is_data=True, stop_gradient=False)
         i = layer.fill_constant([1], "int64", 0)
-        n = layer.fill_constant([1], "int64", 3)
+        n = _scalar_feed(main, "n", "int64") if fed_count else layer.fill_constant([1], "int64", 3)
         y0 = layer.assign(x)
         _, y = layer.while_loop(lambda i, y: i < n, lambda i, y: [layer.increment(i), y * y * w], [i, y0],
                                 max_iterations=max_iterations)
@@ -210,13 +214,20 @@ def _while_square_program(max_iterations=None, dtype="float64"):
     return main, loss, y
 
 
-@pytest.mark.parametrize("bound", [None, 3, 8], ids=["recompute", "scan-exact-bound", "scan-bound-8"])
-def test_while_square_gradient_matches_paddle_and_finite_differences(bound):
-    main, loss, y = _while_square_program(bound)
+@pytest.mark.parametrize("bound, fed_count", [(None, True), (None, False), (3, True), (8, False)],
+                         ids=["recompute", "counted-by-the-program", "scan-exact-bound", "scan-bound-8"])
+def test_while_square_gradient_matches_paddle_and_finite_differences(bound, fed_count):
+    from fluidjax.lowering.ops.control_flow import _bound
+
+    main, loss, y = _while_square_program(bound, fed_count=fed_count)
+    while_op = next(op for op in main.global_block().ops if op.type == "while")
+    assert _bound(while_op) == (bound if bound else None if fed_count else 3)
     forward = main.serialize()
     fj.append_backward(loss)
     rng = np.random.default_rng(3)
     feed = {"x": rng.uniform(0.5, 1.1, (2, 3)), "w": rng.uniform(0.8, 1.2, 3)}
+    if fed_count:
+        feed["n"] = np.array([3], "int64")
     fetch = [y.name, "x@GRAD", "w@GRAD"]
     ours = _run_here(main, feed, fetch)
     w = feed["w"]

@@ -424,11 +424,88 @@ def while_(ctx):
 
 
 def _bound(fwd_op) -> int | None:
+    """The loop's trip-count bound: its ``max_iterations`` attribute, else the exact count
+    :func:`_counted_trips` reads off the program, else None."""
     bound = fwd_op.attrs.get("max_iterations")
     if bound is None or isinstance(bound, bool):
-        return None
+        return _counted_trips(fwd_op)
     bound = int(bound)
     return bound if bound > 0 else None
+
+
+_COMPARE = {"less_than": lambda i, n, k: -(-(n - i) // k),
+            "less_equal": lambda i, n, k: (n - i) // k + 1}
+
+
+def _last_writer(ops, name: str):
+    found = None
+    for o in ops:
+        if name in o.output_arg_names:
+            found = o
+    return found
+
+
+def _constant(block, fwd_op, name: str):
+    """The value of a one-element ``fill_constant`` that last writes ``name`` before ``fwd_op``."""
+    ops = block.ops[:block.ops.index(fwd_op)] if fwd_op in block.ops else []
+    writer = _last_writer(ops, name)
+    if writer is None or writer.type != "fill_constant" or writer.input_arg_names:
+        return None
+    if int(np.prod(writer.attrs.get("shape") or [1])) != 1:
+        return None
+    text = writer.attrs.get("str_value") or ""
+    try:
+        value = float(text) if text else float(writer.attrs.get("value", 0.0))
+    except ValueError:
+        return None
+    return value if value == int(value) else None
+
+
+def _counted_trips(fwd_op) -> int | None:
+    """The trip count of a counting loop, read off the program: the body ends with
+    ``cond = i' < n`` (or ``<=``) where ``i' = i + k`` (``scale`` with bias k or ``increment``)
+    is assigned back to the loop variable ``i``, ``n`` is not written in the body, and ``i`` and
+    ``n`` come from ``fill_constant`` s before the loop: what ``while_loop(lambda i: i < n, ...)``
+    with constants builds. None for anything else (the gradient then recomputes)."""
+    try:
+        body = fwd_op.block.program.block(_block_idx(fwd_op.attrs.get("sub_block")))
+        cond = fwd_op.input("Condition")[0]
+        ops = list(body.ops)
+        last = _last_writer(ops, cond)
+        if last is None or last.type != "assign":
+            return None
+        compare = _last_writer(ops, last.input("X")[0])
+        if compare is None or compare.type not in _COMPARE:
+            return None
+        counter, limit = compare.input("X")[0], compare.input("Y")[0]
+        if _last_writer(ops, limit) is not None:
+            return None
+        step_op = _last_writer(ops[:ops.index(compare)], counter)
+        if step_op is None:
+            return None
+        if step_op.type == "assign":               # i = i'; the compare reads i
+            step_op = _last_writer(ops[:ops.index(step_op)], step_op.input("X")[0])
+            if step_op is None:
+                return None
+        if step_op.type == "increment":
+            k = float(step_op.attrs.get("step", 1.0))
+        elif step_op.type == "scale" and float(step_op.attrs.get("scale", 1.0)) == 1.0 \
+                and not step_op.input("ScaleTensor"):
+            k = float(step_op.attrs.get("bias", 0.0))
+        else:
+            return None
+        var = step_op.input("X")[0]
+        # The loop variable is advanced once per iteration: its last write is this step.
+        writer = _last_writer(ops, var)
+        if var not in fwd_op.output("Out") or k <= 0 or k != int(k) or writer is None or not (
+                writer is step_op or (writer.type == "assign" and writer.input("X")[0] in step_op.output_arg_names)):
+            return None
+        start, stop = _constant(fwd_op.block, fwd_op, var), _constant(fwd_op.block, fwd_op, limit)
+        if start is None or stop is None:
+            return None
+        return max(0, int(_COMPARE[compare.type](int(start), int(stop), int(k))))
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
 
 
 @op("while_grad", inputs="X* Out* Out@GRAD* StepScopes?", outputs="X@GRAD*",
