@@ -829,3 +829,219 @@ def unique(ctx):
     if ctx.has_output("Counts"):
         out["Counts"] = ragged(jnp.where(valid, counts[rank_of], 0).astype(index_dtype), count)
     return out
+
+
+# -- more unary math ---------------------------------------------------------------------------------
+_unary("expm1", lambda x, ctx: jnp.expm1(x), "exp(X) - 1, accurate near 0.")
+_unary("log2", lambda x, ctx: jnp.log2(x), "Base-2 logarithm of X.")
+_unary("log10", lambda x, ctx: jnp.log10(x), "Base-10 logarithm of X.")
+_unary("trunc", lambda x, ctx: jnp.trunc(x), "X rounded toward zero (gradient 0).")
+_unary("logsigmoid", lambda x, ctx: jax.nn.log_sigmoid(x), "log(sigmoid(X)), computed stably.")
+_unary("brelu", lambda x, ctx: jnp.where(x < _const(x, ctx.attr("t_min")), _const(x, ctx.attr("t_min")),
+                                         jnp.where(x > _const(x, ctx.attr("t_max")), _const(x, ctx.attr("t_max")), x)),
+       "X limited to [t_min, t_max] (Hardtanh); the gradient is 1 strictly inside.", {"t_min": 0.0, "t_max": 24.0})
+
+
+def _atan2_shape(ctx: InferShapeContext) -> None:
+    x1, x2 = ctx.input("X1"), ctx.input("X2")
+    out = paddle_broadcast(x1.shape, x2.shape, -1)
+    ctx.check(out is not None, f"X1 {x1.shape} and X2 {x2.shape} do not broadcast")
+    ctx.check(x1.dtype == x2.dtype, f"X1 is {x1.dtype} but X2 is {x2.dtype}")
+    dtype = x1.dtype if x1.dtype in ("float16", "bfloat16", "float32", "float64") else "float64"
+    ctx.set_output("Out", out, dtype, 0)
+
+
+@op("atan2", inputs="X1 X2", outputs="Out", infer_shape=_atan2_shape)
+def atan2(ctx):
+    """The angle of the point (X2, X1): arctan(X1 / X2) in the right quadrant (integers give float64)."""
+    x1, x2 = ctx.input("X1"), ctx.input("X2")
+    if not jnp.issubdtype(x1.dtype, jnp.floating):
+        x1, x2 = x1.astype(jnp.float64), x2.astype(jnp.float64)
+    return {"Out": jnp.arctan2(x1, x2)}
+
+
+# -- more reductions and shape queries -------------------------------------------------------------
+def _reduce2_shape(ctx: InferShapeContext, dtype=None) -> None:
+    x = ctx.input("X")
+    dim = ctx.attr("dim") or []
+    ctx.check(all(-max(x.ndim, 1) <= d < max(x.ndim, 1) for d in dim), f"dim {list(dim)} is out of range for "
+                                                                       f"a rank-{x.ndim} input")
+    axes = _axes(x.ndim, dim, ctx.attr("reduce_all"))
+    keep = ctx.attr("keep_dim")
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    ctx.set_output("Out", shape, dtype or x.dtype, 0)
+
+
+_REDUCE2_ATTRS = {"dim": Attr("longs", [0]), "keep_dim": False, "reduce_all": False, "in_dtype": -1, "out_dtype": -1}
+
+
+def _reduce2(name: str, fn, doc: str, bool_out: bool) -> None:
+    def rule(ctx):
+        x = ctx.input("X")
+        if ctx.input("AxisTensor") is not None or ctx.inputs("AxisTensorList"):
+            _fail(ctx, "the axis given as a tensor is not supported; use the dim attribute")
+        axes = _axes(x.ndim, ctx.attr("dim"), ctx.attr("reduce_all"))
+        return {"Out": fn(x, axes, bool(ctx.attr("keep_dim")))}
+
+    rule.__doc__ = doc
+    rule.__name__ = name
+    op(name, inputs="X AxisTensor? AxisTensorList*?", outputs="Out", attrs=_REDUCE2_ATTRS,
+       infer_shape=lambda ctx: _reduce2_shape(ctx, "bool" if bool_out else None),
+       no_grad_inputs=["AxisTensor", "AxisTensorList"], grad=None if bool_out else "auto")(rule)
+
+
+_reduce2("reduce_any", lambda x, a, k: jnp.any(x != 0, axis=a, keepdims=k),
+         "Whether any element of X over ``dim`` is true (non-zero).", True)
+_reduce2("reduce_all", lambda x, a, k: jnp.all(x != 0, axis=a, keepdims=k),
+         "Whether every element of X over ``dim`` is true (non-zero).", True)
+_reduce2("reduce_amax", lambda x, a, k: jnp.max(x, axis=a, keepdims=k),
+         "The largest element of X over ``dim``; the gradient is shared evenly among equal maxima.", False)
+_reduce2("reduce_amin", lambda x, a, k: jnp.min(x, axis=a, keepdims=k),
+         "The smallest element of X over ``dim``; the gradient is shared evenly among equal minima.", False)
+
+
+@op("size", inputs="Input", outputs="Out", infer_shape=lambda ctx: ctx.set_output("Out", (), "int64", 0), grad=None)
+def size(ctx):
+    """The number of elements of Input, a 0-d int64 tensor (known from the shape alone)."""
+    return {"Out": np.asarray(int(np.prod(ctx.input("Input").shape)), np.int64)}
+
+
+def _unbind_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    axis = ctx.attr("axis")
+    ctx.check(-x.ndim <= axis < x.ndim, f"axis {axis} is out of range for a rank-{x.ndim} X")
+    axis %= x.ndim
+    n = len(ctx.op.outputs.get("Out", ()))
+    ctx.check(x.shape[axis] < 0 or x.shape[axis] == n, f"X has {x.shape[axis]} slices along axis {axis} but "
+                                                       f"{n} outputs are named")
+    for i in range(n):
+        ctx.set_output("Out", x.shape[:axis] + x.shape[axis + 1:], x.dtype, 0, index=i)
+
+
+@op("unbind", inputs="X", outputs="Out*", attrs={"axis": 0}, infer_shape=_unbind_shape)
+def unbind(ctx):
+    """The slices of X along ``axis``, that axis removed."""
+    x = ctx.input("X")
+    axis = int(ctx.attr("axis")) % x.ndim
+    return {"Out": [jnp.squeeze(s, axis) for s in jnp.split(x, x.shape[axis], axis=axis)]}
+
+
+# -- more indexing and products ----------------------------------------------------------------------
+def _index_sample_shape(ctx: InferShapeContext) -> None:
+    x, index = ctx.input("X"), ctx.input("Index")
+    ctx.check(x.ndim == 2 and index.ndim == 2, f"X and Index must be 2-D, got {x.shape} and {index.shape}")
+    ctx.check(index.dtype in ("int32", "int64"), f"Index must be int32 or int64, got {index.dtype}")
+    ctx.set_output("Out", (x.shape[0] if x.shape[0] >= 0 else index.shape[0], index.shape[1]), x.dtype, 0)
+
+
+@op("index_sample", inputs="X Index", outputs="Out", infer_shape=_index_sample_shape, no_grad_inputs=["Index"])
+def index_sample(ctx):
+    """Out[i, k] = X[i, Index[i, k]]: per row, the elements at that row's indices."""
+    x, index = ctx.input("X"), ctx.input("Index")
+    return {"Out": jnp.take_along_axis(x, index.astype(jnp.int32), axis=1, mode="clip")}
+
+
+def _isclose_shape(ctx: InferShapeContext) -> None:
+    a, b = ctx.input("Input"), ctx.input("Other")
+    out = paddle_broadcast(a.shape, b.shape, -1)
+    ctx.check(out is not None, f"Input {a.shape} and Other {b.shape} do not broadcast")
+    ctx.set_output("Out", out, "bool", 0)
+
+
+@op("isclose", inputs="Input Other Rtol? Atol?", outputs="Out",
+    attrs={"rtol": "1e-05", "atol": "1e-08", "equal_nan": False}, infer_shape=_isclose_shape, grad=None)
+def isclose(ctx):
+    """|Input - Other| <= atol + rtol · |Other| elementwise (bool); NaNs equal when ``equal_nan``.
+    The tolerances are strings (Paddle keeps their full precision) or one-element tensors."""
+    a, b = ctx.input("Input"), ctx.input("Other")
+    tol = {}
+    for slot, attr in (("Rtol", "rtol"), ("Atol", "atol")):
+        t = ctx.input(slot)
+        tol[attr] = t.reshape(()).astype(a.dtype) if t is not None else jnp.asarray(float(ctx.attr(attr)), a.dtype)
+    # Paddle's kernel: NaNs are close only to NaNs (and only with equal_nan); otherwise equal, or
+    # within atol + rtol·|Other|, or within 1e-15 of that bound.
+    left = jnp.abs(a - b)
+    right = tol["atol"] + tol["rtol"] * jnp.abs(b)
+    close = (a == b) | (left <= right) | (jnp.abs(left - right) <= 1e-15)
+    nan_a, nan_b = jnp.isnan(a), jnp.isnan(b)
+    both_nan = bool(ctx.attr("equal_nan")) & nan_a & nan_b
+    return {"Out": jnp.where(nan_a | nan_b, both_nan, close)}
+
+
+@op("kron", inputs="X Y", outputs="Out", infer_shape=None)
+def kron(ctx):
+    """The Kronecker product of X and Y (the lower-rank one gets leading 1s)."""
+    return {"Out": jnp.kron(ctx.input("X"), ctx.input("Y"))}
+
+
+def _repeat_count(ctx, x, axis: int):
+    tensor = ctx.input("RepeatsTensor")
+    if tensor is None:
+        return int(ctx.attr("Repeats"))
+    try:
+        repeats = static_ints(ctx, "RepeatsTensor", what="RepeatsTensor")
+    except OpRuntimeError:
+        var = ctx.out_var("Out")
+        if var is None or var.shape[axis] < 0:
+            raise
+        # The program declares the output's length: repeats are data, the total is static.
+        return tensor.reshape(-1), int(var.shape[axis])
+    return (repeats[0] if len(repeats) == 1 else np.asarray(repeats)), None
+
+
+def _repeat_interleave_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    dim = ctx.attr("dim")
+    ctx.check(-x.ndim <= dim < x.ndim, f"dim {dim} is out of range for a rank-{x.ndim} X")
+    dim %= x.ndim
+    shape = list(x.shape)
+    if ctx.input("RepeatsTensor") is not None:
+        shape[dim] = -1
+    elif shape[dim] >= 0:
+        shape[dim] *= int(ctx.attr("Repeats"))
+    ctx.set_output("Out", shape, x.dtype, 0)
+
+
+@op("repeat_interleave", inputs="X RepeatsTensor?", outputs="Out", attrs={"Repeats": 0, "dim": 0},
+    infer_shape=_repeat_interleave_shape, no_grad_inputs=["RepeatsTensor"])
+def repeat_interleave(ctx):
+    """Each slice of X along ``dim`` repeated ``Repeats`` times in place (or RepeatsTensor[i] times
+    for slice i: the total must be known when the block is lowered)."""
+    x = ctx.input("X")
+    dim = int(ctx.attr("dim")) % x.ndim
+    count = _repeat_count(ctx, x, dim)
+    if isinstance(count, int):
+        return {"Out": jnp.repeat(x, count, axis=dim)}
+    repeats, total = count
+    return {"Out": jnp.repeat(x, repeats, axis=dim, total_repeat_length=total)}
+
+
+def _diag_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    k = ctx.attr("offset")
+    ctx.check(x.ndim in (0, 1, 2), f"X must be 1-D or 2-D, got {x.shape}")
+    if x.ndim <= 1:
+        n = (x.shape[0] if x.ndim else 1)
+        n = n + abs(k) if n >= 0 else -1
+        ctx.set_output("Out", (n, n), x.dtype, 0)
+    else:
+        h, w = x.shape
+        if h < 0 or w < 0:
+            ctx.set_output("Out", (-1,), x.dtype, 0)
+        else:
+            ctx.set_output("Out", (max(0, min(h, w - k) if k >= 0 else min(h + k, w)),), x.dtype, 0)
+
+
+@op("diag_v2", inputs="X", outputs="Out", attrs={"offset": 0, "padding_value": 0.0}, infer_shape=_diag_shape)
+def diag_v2(ctx):
+    """A 1-D X becomes a square matrix with X on diagonal ``offset`` (the rest ``padding_value``); a
+    2-D X gives its diagonal ``offset`` as a vector."""
+    x = ctx.input("X")
+    k = int(ctx.attr("offset"))
+    if x.ndim <= 1:
+        x = x.reshape(-1)
+        n = x.shape[0] + abs(k)
+        on = jnp.eye(n, k=k, dtype=bool)
+        return {"Out": jnp.where(on, jnp.diag(x, k), jnp.asarray(ctx.attr("padding_value"), x.dtype))}
+    return {"Out": jnp.diagonal(x, offset=k)}
