@@ -1,5 +1,6 @@
 """Ops of ``paddle.nn`` layers beyond the core families: channel_shuffle, pixel_unshuffle,
-maxout, max pooling with indices (``return_mask`` / AdaptiveMaxPool), unfold, rrelu (inference),
+maxout, max pooling with indices (``return_mask`` / AdaptiveMaxPool), unfold/fold, crop_tensor, rrelu
+(inference),
 depthwise_conv2d_transpose and conv3d_transpose.
 
 Each follows its Paddle 2.6.2 kernel; gradients are the vjp of the JAX rule.
@@ -7,6 +8,7 @@ Each follows its Paddle 2.6.2 kernel; gradients are the vjp of the JAX rule.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -304,3 +306,90 @@ def conv3d_transpose(ctx):
     y = lax.conv_general_dilated(x, kernel, window_strides=(1, 1, 1), padding=padding, lhs_dilation=strides,
                                  rhs_dilation=dil, dimension_numbers=dims, feature_group_count=groups)
     return {"Output": y}
+
+
+def _fold_geometry(ctx):
+    out_hw = [int(v) for v in ctx.attr("output_sizes")]
+    k = [int(v) for v in ctx.attr("kernel_sizes")]
+    s = [int(v) for v in ctx.attr("strides")]
+    d = [int(v) for v in ctx.attr("dilations")]
+    p = [int(v) for v in ctx.attr("paddings")]
+    # paddings is [top, left, bottom, right], but Paddle's fold only runs with bottom = top and
+    # right = left (its shape rule pads 2·top and 2·left): both sides take paddings[0] / [1].
+    pads = [(p[0], p[0]), (p[1], p[1])]
+    blocks = [(n + lo + hi - (dd * (kk - 1) + 1)) // ss + 1 for n, kk, ss, dd, (lo, hi) in zip(out_hw, k, s, d, pads)]
+    return out_hw, k, s, d, pads, blocks
+
+
+def _fold_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.check(x.ndim == 3, f"X must be 3-D [N, C·kh·kw, blocks], got {x.shape}")
+    out_hw, k, _, _, _, blocks = _fold_geometry(ctx)
+    ctx.check(min(blocks) > 0, f"output_sizes {out_hw} give no sliding blocks")
+    ctx.check(x.shape[1] < 0 or x.shape[1] % (k[0] * k[1]) == 0,
+              f"X's {x.shape[1]} rows are not a multiple of the kernel's {k[0] * k[1]} positions")
+    ctx.check(x.shape[2] < 0 or x.shape[2] == blocks[0] * blocks[1],
+              f"X has {x.shape[2]} blocks but output_sizes {out_hw} give {blocks[0] * blocks[1]}")
+    c = x.shape[1] // (k[0] * k[1]) if x.shape[1] >= 0 else -1
+    ctx.set_output("Y", (x.shape[0], c, *out_hw), x.dtype, 0)
+
+
+@op("fold", inputs="X", outputs="Y",
+    attrs={"output_sizes": Attr("ints", []), "kernel_sizes": Attr("ints", []), "strides": Attr("ints", [1, 1]),
+           "paddings": Attr("ints", [0, 0, 0, 0]), "dilations": Attr("ints", [1, 1])},
+    infer_shape=_fold_shape)
+def fold(ctx):
+    """col2im, the transpose of unfold: the columns [N, C·kh·kw, blocks] summed back into an image
+    of ``output_sizes`` (overlapping positions add up); ``paddings[0]``/``[1]`` pad the height and
+    width on both sides, as Paddle's kernel does."""
+    x = ctx.input("X")
+    out_hw, k, s, d, pads, blocks = _fold_geometry(ctx)
+    n, ckk, _ = x.shape
+    c = ckk // (k[0] * k[1])
+
+    def unfold_image(img):
+        patches = lax.conv_general_dilated_patches(img, filter_shape=k, window_strides=s, padding=pads,
+                                                   rhs_dilation=d, dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return patches.reshape(n, ckk, -1)
+
+    (image,) = jax.linear_transpose(unfold_image, jax.ShapeDtypeStruct((n, c, *out_hw), x.dtype))(x)
+    return {"Y": image}
+
+
+def _crop_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    shape = list(ctx.attr("shape") or [])
+    if ctx.input("Shape") is not None or ctx.inputs("ShapeTensor"):
+        shape = [-1] * x.ndim
+    ctx.check(len(shape) == x.ndim, f"shape {shape} must have one value per dim of X {x.shape}")
+    tensor_offsets = ctx.input("Offsets") is not None or bool(ctx.inputs("OffsetsTensor"))
+    offsets = [int(v) for v in ctx.attr("offsets") or []] or [0] * x.ndim
+    # A -1 takes the rest of the dim past its offset: known when the offset and the dim are.
+    out = [t if t != -1 else (d - o if d >= 0 and not tensor_offsets else -1)
+           for d, t, o in zip(x.shape, shape, offsets)]
+    ctx.set_output("Out", out, x.dtype, 0)
+
+
+@op("crop_tensor", inputs="X Shape? ShapeTensor*? Offsets? OffsetsTensor*?", outputs="Out",
+    attrs={"shape": Attr("ints", []), "offsets": Attr("ints", [])}, infer_shape=_crop_shape,
+    no_grad_inputs=["Shape", "ShapeTensor", "Offsets", "OffsetsTensor"])
+def crop_tensor(ctx):
+    """The block of X of ``shape`` starting at ``offsets`` (a -1 in shape takes the rest of that
+    dim). The offsets may be tensors known only at run time; the shape, which sets the output's
+    shape, must be known when the block is lowered."""
+    from .manipulation import static_ints
+
+    x = ctx.input("X")
+    shape = static_ints(ctx, "Shape", "ShapeTensor", what="the crop shape")
+    shape = shape if shape is not None else [int(v) for v in ctx.attr("shape")]
+    if ctx.input("Offsets") is not None or ctx.inputs("OffsetsTensor"):
+        parts = [v.reshape(-1) for s in ("Offsets", "OffsetsTensor") for v in ctx.inputs(s) if v is not None]
+        offsets = jnp.concatenate(parts).astype(jnp.int32)
+        if any(t == -1 for t in shape):
+            _fail(ctx, "a -1 in shape needs static offsets (the output's size would depend on their values)")
+        return {"Out": lax.dynamic_slice(x, [offsets[i] for i in range(x.ndim)], shape)}
+    offsets = [int(v) for v in ctx.attr("offsets")] or [0] * x.ndim
+    sizes = [x.shape[i] - offsets[i] if t == -1 else t for i, t in enumerate(shape)]
+    if any(o < 0 or o + sz > dim for o, sz, dim in zip(offsets, sizes, x.shape)):
+        _fail(ctx, f"the crop at offsets {offsets} of shape {sizes} does not fit in X {list(x.shape)}")
+    return {"Out": lax.slice(x, offsets, [o + sz for o, sz in zip(offsets, sizes)])}

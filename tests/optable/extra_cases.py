@@ -336,3 +336,13 @@ CASES += [
          {"strides": [2, 2, 1], "groups": 2, "output_size": [5, 7, 5]}, outputs=("Output",), batch_dims=("Input",),
          name="groups_output_size_f64"),
 ]
+CASES += [
+    Case("fold", {"X": rand(2, 3 * 4, 8)}, {"output_sizes": [4, 5], "kernel_sizes": [2, 2], "strides": [2, 1],
+                                            "paddings": [0, 0, 0, 0], "dilations": [1, 1]}, outputs=("Y",)),
+    Case("fold", {"X": rand(1, 2 * 4, 15, dtype="float64")}, {"output_sizes": [4, 4], "kernel_sizes": [2, 2],
+                                                            "strides": [1, 1], "paddings": [1, 0, 1, 0],
+                                                            "dilations": [1, 1]}, outputs=("Y",), name="pad_f64"),
+    Case("crop_tensor", {"X": rand(3, 5, 4)}, {"shape": [-1, 2, 3], "offsets": [0, 1, 1]}),
+    Case("crop_tensor", {"X": rand(3, 5, 4, dtype="float64"), "Offsets": np.array([1, 2, 0], "int32")},
+         {"shape": [2, 3, 4]}, name="tensor_offsets_f64", batch_dims=()),
+]
