@@ -561,7 +561,8 @@ class Executor:
         device = self._device or jax.local_devices()[0]   # this process's (jax.devices() spans all)
         for tensor in tensors:
             value = tensor._value
-            if type(value) not in _DEVICE_ARRAYS or not value.committed:
+            # (or on other devices: a data-parallel run on the same scope left it on its mesh)
+            if type(value) not in _DEVICE_ARRAYS or not value.committed or value.sharding.device_set != {device}:
                 tensor._value = jax.device_put(np.asarray(value) if not isinstance(value, jax.Array) else value,
                                                device)
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import weakref
 from typing import Any, Sequence
 
 import jax
@@ -167,7 +168,7 @@ class CompiledProgram:
         """The step of ``plan`` (made by ``executor`` for this program): sharded over the mesh."""
         if self._mesh is None:
             return executor._compile(plan)
-        layout = ShardedStep(self._mesh, plan, self._build_strategy.sharding)
+        layout = ShardedStep(self._mesh, plan, self._build_strategy.sharding, executor)
         plan.place_state = layout.place_state
         if jax.process_count() > 1:
             _agree_on_seed(executor)
@@ -216,8 +217,9 @@ def state_roles(plan) -> tuple[set[str], set[str]]:
 class ShardedStep:
     """The shardings of one plan's step, its ``jax.jit``, and the placement of its state."""
 
-    def __init__(self, mesh: Mesh, plan, sharding: str) -> None:
+    def __init__(self, mesh: Mesh, plan, sharding: str, executor=None) -> None:
         self.mesh = mesh
+        self._executor = weakref.ref(executor) if executor is not None else _no_scope
         self.plan = plan
         self.sharding = sharding
         n = mesh.size
@@ -274,7 +276,14 @@ class ShardedStep:
 
     # -- calling -----------------------------------------------------------------------------------
     def __call__(self, mutable, const, feeds, seed):
-        return self.jitted(*self._arguments(mutable, const, feeds, seed))
+        outs = self.jitted(*self._arguments(mutable, const, feeds, seed))
+        # The scope's state is now on the mesh: the Executor's one-device plans (an evaluation
+        # program run between training steps) must move it back before their next run.
+        executor = self._executor()
+        for plan in executor._plans.values() if executor is not None else ():
+            if plan.place_state is None:
+                plan.committed_scope = _no_scope
+        return outs
 
     def lower(self, mutable, const, feeds, seed) -> jax.stages.Lowered:
         """The lowered sharded step (``.compile().as_text()`` shows its collectives)."""
@@ -346,6 +355,10 @@ class _ConstrainedEnv(dict):
         if sharding is not None and getattr(value, "ndim", 0):
             value = jax.lax.with_sharding_constraint(value, sharding)
         super().__setitem__(name, value)
+
+
+def _no_scope():
+    return None
 
 
 def _device_value(value):

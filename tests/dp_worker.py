@@ -153,6 +153,17 @@ def resume_check(main, startup, cost, mode, batches, steps, names, ref_losses, r
             "resumed_single_device": all(len(v.sharding.device_set) == 1 for v in arrays.values())}
 
 
+def alternating_check(main, startup, cost, mode, batches, ref_losses) -> float:
+    """Sharded and one-device runs in turn on one scope, with an Executor bound to a place (as
+    an evaluation program run between data-parallel training steps): one device's losses?"""
+    exe, scope = fj.Executor(fj.CPUPlace()), fj.Scope()
+    exe.run(startup, scope=scope)
+    compiled = fj.CompiledProgram(main, fj.BuildStrategy(sharding=mode)).with_data_parallel()
+    losses = [float(exe.run(compiled if i % 2 == 0 else main, feed=batches[i], fetch_list=[cost], scope=scope)[0])
+              for i in range(6)]
+    return max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses))
+
+
 def check_model(name: str, steps: int) -> dict:
     main, startup, cost, make_batch = MODELS[name]()
     batches = [make_batch(i) for i in range(steps)]
@@ -180,8 +191,9 @@ def check_model(name: str, steps: int) -> dict:
         except fj.FeedError as exc:
             bad_error = str(exc)
         after = {k: np.asarray(v) for k, v in scope_arrays(scope, names).items()}
-        resumed = resume_check(main, startup, cost, mode, batches, steps, names, ref_losses, ref_state) \
-            if name == "mlp" else {}
+        resumed = {} if name != "mlp" else {
+            **resume_check(main, startup, cost, mode, batches, steps, names, ref_losses, ref_state),
+            "alternating_loss_rel": alternating_check(main, startup, cost, mode, batches, ref_losses)}
         result["modes"][mode] = {
             **resumed,
             "loss_rel": max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses)),

@@ -210,3 +210,10 @@ def test_checkpoint_of_a_sharded_run_resumes_on_one_device(worker, mode):
     r = _mode(worker, "mlp", mode)
     assert r["resumed_loss_rel"] <= 1e-5 and r["resumed_state_rel"] <= 1e-5
     assert r["resumed_single_device"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_device_runs_between_sharded_runs(worker, mode):
+    """A one-device program (an evaluation, say) run on the scope between data-parallel steps, by
+    an Executor bound to a place, finds the state moved back to its device: one device's losses."""
+    assert _mode(worker, "mlp", mode)["alternating_loss_rel"] <= 1e-5
