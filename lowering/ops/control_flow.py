@@ -526,21 +526,21 @@ def while_grad(ctx):
     loop = _Loop(ctx, fwd_op, sub, given, key)
     grad_names = ctx.op.output("X@GRAD")
     wanted = list(dict.fromkeys(n for i, n in enumerate(names) if i < len(grad_names)
-                                and grad_names[i] != EMPTY_VAR_NAME and _floating(given.get(n))))
+                                and grad_names[i] != EMPTY_VAR_NAME and _diffable(given.get(n))))
     if not wanted:
         return {}
-    diff_carry = [n for n in loop.carried if _floating(loop.init[n])]
+    diff_carry = [n for n in loop.carried if _diffable(loop.init[n])]
     diff_const = [n for n in wanted if n not in loop.carried]
     out_names = ctx.op.input("Out")
     cts = dict(zip(out_names, _cotangents(ctx.op, ctx, out_names)))
-    ct_final = {n: (jnp.asarray(cts[n], loop.init[n].dtype).reshape(loop.init[n].shape)
-                    if cts.get(n) is not None else jnp.zeros_like(loop.init[n])) for n in diff_carry}
+    ct_final = {n: _fit_cotangent(cts.get(n), _leaf(loop.init[n])) for n in diff_carry}
     bound = _bound(fwd_op)
     if bound is not None:
         d_carry, d_const = _grad_bounded(loop, diff_carry, diff_const, ct_final, bound)
     else:
         d_carry, d_const = _grad_recompute(loop, diff_carry, diff_const, ct_final)
     grads = {**d_const, **{n: d_carry[n] for n in diff_carry}}
+    grads = {n: _put(given[n], g) for n, g in grads.items()}      # an array's gradient is an array
     return {"X@GRAD": [grads.get(n) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME and n in wanted
                        else None for i, n in enumerate(names)]}
 
@@ -548,7 +548,7 @@ def while_grad(ctx):
 def _grad_bounded(loop: _Loop, diff_carry, diff_const, ct_final, bound: int):
     """vjp through ``bound`` masked iterations of ``lax.scan``: memory for ``bound`` iterations."""
     def forward(dc, dk):
-        consts = {**loop.consts, **dk}
+        consts = _with_leaves(loop.consts, dk)
 
         def scan_step(state, _):
             c, i = state
@@ -556,12 +556,12 @@ def _grad_bounded(loop: _Loop, diff_carry, diff_const, ct_final, bound: int):
             c = lax.cond(go, lambda c: loop.step(c, consts, i), lambda c: c, c)
             return (c, i + go.astype(jnp.int32)), None
 
-        (final, _), _ = lax.scan(scan_step, ({**loop.init, **dc}, jnp.zeros((), jnp.int32)), None,
+        (final, _), _ = lax.scan(scan_step, (_with_leaves(loop.init, dc), jnp.zeros((), jnp.int32)), None,
                                  length=bound)
-        return {n: final[n] for n in diff_carry}, loop.running(final)
+        return {n: _leaf(final[n]) for n in diff_carry}, loop.running(final)
 
-    _, vjp, unfinished = jax.vjp(forward, {n: loop.init[n] for n in diff_carry},
-                                 {n: loop.consts[n] for n in diff_const}, has_aux=True)
+    _, vjp, unfinished = jax.vjp(forward, {n: _leaf(loop.init[n]) for n in diff_carry},
+                                 {n: _leaf(loop.consts[n]) for n in diff_const}, has_aux=True)
     d_carry, d_const = vjp(ct_final)
     # A loop that had not finished within the bound: its gradient is unknown, and says so.
     poison = lambda g: jnp.where(unfinished, jnp.full_like(g, jnp.nan), g)  # noqa: E731
@@ -583,15 +583,46 @@ def _grad_recompute(loop: _Loop, diff_carry, diff_const, ct_final):
         c_k = carry_at(k)
 
         def one(dc, dk):
-            new = loop.step({**c_k, **dc}, {**consts, **dk}, k)
-            return {n: new[n] for n in diff_carry}
+            new = loop.step(_with_leaves(c_k, dc), _with_leaves(consts, dk), k)
+            return {n: _leaf(new[n]) for n in diff_carry}
 
-        _, vjp = jax.vjp(one, {n: c_k[n] for n in diff_carry}, {n: consts[n] for n in diff_const})
+        _, vjp = jax.vjp(one, {n: _leaf(c_k[n]) for n in diff_carry}, {n: _leaf(consts[n]) for n in diff_const})
         d_c, d_k = vjp(ct_c)
         return _strong(d_c), _tree_map(jnp.add, ct_k, _strong(d_k))
 
-    zeros = {n: jnp.zeros_like(consts[n]) for n in diff_const}
+    zeros = {n: jnp.zeros_like(_leaf(consts[n])) for n in diff_const}
     return lax.fori_loop(0, trips, back, (ct_final, zeros))
+
+
+# A tensor array is differentiated through its buffer (its length is an integer).
+def _diffable(value) -> bool:
+    return _floating(value) or (isinstance(value, TensorArray) and _floating(value.buffer))
+
+
+def _leaf(value):
+    return value.buffer if isinstance(value, TensorArray) else value
+
+
+def _put(template, leaf):
+    return TensorArray(leaf, template.length) if isinstance(template, TensorArray) else leaf
+
+
+def _with_leaves(values: dict, leaves: dict) -> dict:
+    return {**values, **{n: _put(values[n], v) for n, v in leaves.items()}}
+
+
+def _fit_cotangent(ct, like):
+    """An output gradient shaped as ``like`` (zeros when absent; an array's buffer cut or padded
+    to the loop's capacity)."""
+    if ct is None:
+        return jnp.zeros_like(like)
+    if isinstance(ct, TensorArray):
+        buf = ct.buffer.astype(like.dtype)
+        rows = like.shape[0]
+        if buf.shape[0] < rows:
+            buf = jnp.concatenate([buf, jnp.zeros((rows - buf.shape[0],) + tuple(buf.shape[1:]), buf.dtype)])
+        return buf[:rows].reshape(like.shape)
+    return jnp.asarray(ct, like.dtype).reshape(like.shape)
 
 
 # -- increment, is_empty ---------------------------------------------------------------------------
@@ -656,6 +687,15 @@ class TensorArray:
         pad = jnp.zeros((extra,) + tuple(self.buffer.shape[1:]), self.buffer.dtype)
         return TensorArray(jnp.concatenate([self.buffer, pad]), self.length)
 
+    def __add__(self, other: "TensorArray") -> "TensorArray":
+        """Element-wise sum (gradient contributions to one array): the shorter one padded."""
+        a, b = self.grown(other.capacity - self.capacity), other.grown(self.capacity - other.capacity)
+        return TensorArray(a.buffer + b.buffer, jnp.maximum(a.length, b.length))
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("a tensor array cannot be fetched as one array: fetch an element read with "
+                        "layer.array_read, or the array stacked by tensor_array_to_tensor")
+
     def __repr__(self) -> str:
         return f"TensorArray(capacity={self.capacity}, element={tuple(self.buffer.shape[1:])}, {self.buffer.dtype})"
 
@@ -678,7 +718,26 @@ def _write_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
 
 
-@op("write_to_array", inputs="X I", outputs="Out", infer_shape=_write_shape, no_grad_inputs=["I"], grad=None)
+def _static_index(ctx) -> int | None:
+    """The index input's value when a ``fill_constant`` before the op gives it (the usual case
+    outside loops), else None."""
+    names = ctx.op.input("I")
+    value = _constant(ctx.op.block, ctx.op, names[0]) if names else None
+    return int(value) if value is not None and value >= 0 else None
+
+
+def _write_to_array_grad(op, out_grads, in_grads):
+    # Paddle's: the gradient of a write reads the array's gradient at the same index.
+    return [("read_from_array", {"X": out_grads["Out"], "I": op.input("I")}, {"Out": in_grads["X"]}, {})]
+
+
+def _read_from_array_grad(op, out_grads, in_grads):
+    # Paddle's: the gradient of a read writes the element's gradient into the array's.
+    return [("write_to_array", {"X": out_grads["Out"], "I": op.input("I")}, {"Out": in_grads["X"]}, {})]
+
+
+@op("write_to_array", inputs="X I", outputs="Out", infer_shape=_write_shape, no_grad_inputs=["I"],
+    grad_maker=_write_to_array_grad)
 def write_to_array(ctx):
     """Out[I] = X; the array grows to I + 1 elements when shorter (Paddle's semantics)."""
     x = _strong(jnp.asarray(ctx.input("X")))
@@ -686,11 +745,13 @@ def write_to_array(ctx):
     name = ctx.op.output("Out")[0]
     array = ctx.env.get(name)
     room = ctx.env.get(_IN_LOOP)
+    static = None if room else _static_index(ctx)
     if not isinstance(array, TensorArray):
-        capacity = room if room else 1
+        capacity = room if room else (static + 1 if static is not None else 1)
         array = TensorArray(jnp.zeros((capacity,) + x.shape, x.dtype), jnp.zeros((), jnp.int32))
     elif not room:
-        array = array.grown(1)
+        needed = static + 1 if static is not None else array.capacity + 1
+        array = array.grown(needed - array.capacity)
     if tuple(array.buffer.shape[1:]) != x.shape:
         raise OpRuntimeError(f"{_where(ctx.op)}: array {name!r} holds elements of shape "
                              f"{tuple(array.buffer.shape[1:])}, X has shape {x.shape}; under XLA every element "
@@ -705,12 +766,14 @@ def _read_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Out", x.shape, x.dtype, 0)
 
 
-@op("read_from_array", inputs="X I X_W?", outputs="Out", infer_shape=_read_shape, no_grad_inputs=["I"], grad=None)
+@op("read_from_array", inputs="X I X_W?", outputs="Out", infer_shape=_read_shape, no_grad_inputs=["I", "X_W"],
+    grad_maker=_read_from_array_grad)
 def read_from_array(ctx):
-    """Out = X[I] (an index past the capacity reads the last slot: XLA clamps)."""
+    """Out = X[I]; an index at or past the array's length reads zeros (Paddle: an error)."""
     array = _array(ctx, ctx.input("X"), "X")
-    return {"Out": lax.dynamic_index_in_dim(array.buffer, jnp.clip(_index(ctx), 0, array.capacity - 1),
-                                            keepdims=False)}
+    i = _index(ctx)
+    element = lax.dynamic_index_in_dim(array.buffer, jnp.clip(i, 0, array.capacity - 1), keepdims=False)
+    return {"Out": jnp.where((i >= 0) & (i < array.length), element, jnp.zeros_like(element))}
 
 
 def _length_shape(ctx: InferShapeContext) -> None:
