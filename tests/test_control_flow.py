@@ -122,6 +122,23 @@ def test_paddle_switch_case_and_case_programs_run_here():
             _close(_run_here(prog, feed, fetch), po.run(main, feed, fetch))
 
 
+def test_paddle_switch_case_program_with_its_backward_runs_here():
+    """Nested conds (switch_case) with Paddle's backward: nested grad sub-blocks, select_output."""
+    main, startup = _paddle_programs()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [-1, 3], "float32")
+        x.stop_gradient = False
+        idx = paddle.static.data("i", [1], "int32")
+        a = paddle.static.nn.switch_case(idx, {1: lambda: paddle.tanh(x) * 2.0, 3: lambda: x * x},
+                                         default=lambda: paddle.exp(x))
+        paddle.static.append_backward(paddle.mean(a))
+    prog = fj.Program.parse(main.desc.serialize_to_string())
+    xs = np.random.default_rng(6).uniform(-1, 1, (2, 3)).astype("float32")
+    for i in (0, 1, 3):
+        feed = {"x": xs, "i": np.array([i], "int32")}
+        _close(_run_here(prog, feed, [a.name, "x@GRAD"]), po.run(main, feed, [a.name, "x@GRAD"]))
+
+
 # -- our programs, run in Paddle -------------------------------------------------------------------
 def _scalar_feed(program, name, dtype):
     return program.global_block().create_var(name, (1,), dtype, is_data=True, need_check_feed=True,
