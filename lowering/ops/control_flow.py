@@ -184,7 +184,7 @@ def conditional_block_grad(ctx):
     given, key = _restore(ctx, _given(names, ctx.inputs("Input")), "Scope")
     grad_names = op.output("Input@GRAD")
     wanted = [n for i, n in enumerate(names) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME
-              and _floating(given.get(n))]
+              and _diffable(given.get(n))]
     wanted = list(dict.fromkeys(wanted))
     out_names = op.input("Out")
     cts = _cotangents(op, ctx, out_names)
@@ -193,15 +193,16 @@ def conditional_block_grad(ctx):
         return {}
 
     def forward(diff):
-        written = sub({**given, **dict(zip(wanted, diff))}, key)
-        return [written[n] if n in written else jnp.zeros_like(ct) for n, ct in used]
+        written = sub(_with_leaves(given, dict(zip(wanted, diff))), key)
+        # An output the branch does not write keeps its value from before: no gradient path.
+        return [_leaf(written[n]) if n in written else jnp.zeros_like(_leaf(ct)) for n, ct in used]
 
-    primals = [given[n] for n in wanted]
+    primals = [_leaf(given[n]) for n in wanted]
 
     def taken(args):
         diff, cotangents = args
         outs, vjp = jax.vjp(forward, diff)
-        cotangents = [jnp.asarray(c, o.dtype).reshape(o.shape) for c, o in zip(cotangents, outs)]
+        cotangents = [_fit_cotangent(c, o) for c, o in zip(cotangents, outs)]
         return _strong(vjp(cotangents)[0])
 
     def not_taken(args):
@@ -213,7 +214,7 @@ def conditional_block_grad(ctx):
         grads = taken(args) if pred else not_taken(args)
     else:
         grads = lax.cond(pred, taken, not_taken, args)
-    by_name = dict(zip(wanted, grads))
+    by_name = {n: _put(given[n], g) for n, g in zip(wanted, grads)}
     return {"Input@GRAD": [by_name.get(n) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME else None
                            for i, n in enumerate(names)]}
 
