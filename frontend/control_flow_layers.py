@@ -26,11 +26,11 @@ from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 from .layers import fill_constant
-from .math_layers import equal, logical_not
+from .math_layers import equal, logical_and, logical_not
 from .tensor_layers import assign, cast
 
 __all__ = ["cond", "while_loop", "switch_case", "case", "increment", "create_array", "array_write",
-           "array_read", "array_length"]
+           "array_read", "array_length", "While", "Switch"]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -112,25 +112,47 @@ def _copy_to_parent(var, program):
     return out
 
 
-def _conditional_block(conds: list[Variable], fn: Callable, is_scalar_condition: bool = True):
-    """Run ``fn`` into a new sub-block, append its ``conditional_block`` op; return ``fn``'s
-    results copied into the enclosing block."""
-    helper = LayerHelper("conditional_block")
-    program = helper.main_program
-    inside = program.create_block()
-    try:
-        result = fn()
-        copied = None if result is None else _map(partial(_copy_to_parent, program=program), result)
-    finally:
-        program.rollback()
-    parent = program.block(inside.parent_idx)
+def _append_conditional_block(inside, conds: list[Variable], is_scalar_condition: bool) -> None:
+    """Paddle's ``ConditionalBlock.complete``: the ``conditional_block`` op of sub-block ``inside``."""
+    parent = inside.program.block(inside.parent_idx)
     reads, writes = _block_io(inside)
     inputs = [parent.var(n) for n in reads if parent.find_var(n) is not None]
     outs = [parent.var(n) for n in writes if parent.find_var(n) is not None]
     parent.append_op("conditional_block", {"Cond": conds, "Input": inputs},
                      {"Out": outs, "Scope": [_step_scopes(parent)]},
                      {"sub_block": inside.idx, "is_scalar_condition": is_scalar_condition})
+
+
+def _conditional_block(conds: list[Variable], fn: Callable, is_scalar_condition: bool = True):
+    """Run ``fn`` into a new sub-block, append its ``conditional_block`` op; return ``fn``'s
+    results copied into the enclosing block."""
+    program = LayerHelper("conditional_block").main_program
+    inside = program.create_block()
+    try:
+        result = fn()
+        copied = None if result is None else _map(partial(_copy_to_parent, program=program), result)
+    finally:
+        program.rollback()
+    _append_conditional_block(inside, conds, is_scalar_condition)
     return copied
+
+
+def _append_while(inside, cond: Variable, is_test: bool, max_iterations: int | None) -> None:
+    """Paddle's ``While._complete``: the ``while`` op of body block ``inside``."""
+    parent = inside.program.block(inside.parent_idx)
+    reads, writes = _block_io(inside)
+    out_names = [n for n in dict.fromkeys([cond.name] + writes) if parent.find_var(n) is not None]
+    x_names = [n for n in dict.fromkeys(reads + out_names) if n != cond.name and parent.find_var(n) is not None]
+    attrs: dict[str, Any] = {"sub_block": inside.idx, "is_test": bool(is_test)}
+    if max_iterations is not None:
+        attrs["max_iterations"] = int(max_iterations)
+    parent.append_op("while", {"X": [parent.var(n) for n in x_names], "Condition": [cond]},
+                     {"Out": [parent.var(n) for n in out_names], "StepScopes": [_step_scopes(parent)]}, attrs)
+
+
+def _check_bound(max_iterations) -> None:
+    if max_iterations is not None and (isinstance(max_iterations, bool) or int(max_iterations) <= 0):
+        raise ValueError(f"max_iterations must be a positive int, got {max_iterations!r}")
 
 
 def _select_input(inputs: list[Variable], mask: Variable) -> Variable:
@@ -228,8 +250,7 @@ def while_loop(cond: Callable, body: Callable, loop_vars: Sequence, is_test: boo
         raise TypeError(f"loop_vars in while_loop must be a list or tuple, got {type(loop_vars).__name__}")
     if len(loop_vars) == 0:
         raise ValueError("loop_vars in while_loop should not be empty")
-    if max_iterations is not None and (isinstance(max_iterations, bool) or int(max_iterations) <= 0):
-        raise ValueError(f"while_loop: max_iterations must be a positive int, got {max_iterations!r}")
+    _check_bound(max_iterations)
     pre_cond = cond(*loop_vars)
     _check_condition(pre_cond, "the value cond returns", "while_loop")
     helper = LayerHelper("while", name)
@@ -261,15 +282,7 @@ def while_loop(cond: Callable, body: Callable, loop_vars: Sequence, is_test: boo
         assign(now_cond, pre_cond)
     finally:
         program.rollback()
-    parent = program.block(inside.parent_idx)
-    reads, writes = _block_io(inside)
-    out_names = [n for n in dict.fromkeys(writes) if parent.find_var(n) is not None]
-    x_names = [n for n in dict.fromkeys(reads + out_names) if n != pre_cond.name and parent.find_var(n) is not None]
-    attrs: dict[str, Any] = {"sub_block": inside.idx, "is_test": bool(is_test)}
-    if max_iterations is not None:
-        attrs["max_iterations"] = int(max_iterations)
-    parent.append_op("while", {"X": [parent.var(n) for n in x_names], "Condition": [pre_cond]},
-                     {"Out": [parent.var(n) for n in out_names], "StepScopes": [_step_scopes(parent)]}, attrs)
+    _append_while(inside, pre_cond, is_test, max_iterations)
     return loop_vars
 
 
@@ -388,3 +401,84 @@ def array_length(array: Variable) -> Variable:
     out = helper.create_tmp("int64", stop_gradient=True)
     helper.append_op("lod_array_length", {"X": array}, {"Out": out})
     return out
+
+
+# -- Fluid 1.x style: While, Switch ----------------------------------------------------------------
+class _BlockGuard:
+    """``with``: a new sub-block is current inside; on a clean exit ``complete(block)`` appends
+    the op that owns it. On an exception the block is left (the program keeps an unused block)."""
+
+    def __init__(self, complete: Callable) -> None:
+        self._complete = complete
+        self._program = None
+
+    def __enter__(self):
+        self._program = LayerHelper("block").main_program
+        self._block = self._program.create_block()
+        return self._block
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._program.rollback()
+        if exc_type is None:
+            self._complete(self._block)
+        return False
+
+
+class While:
+    """Paddle 1.x's loop: ``with loop.block():`` builds the body, which must update ``cond``
+    (e.g. ``layer.assign(layer.less_than(i, n), cond)``); variables of enclosing blocks it
+    writes are the loop's state. ``max_iterations`` as in :func:`while_loop`.
+
+    >>> # cond = layer.less_than(i, n); loop = layer.While(cond)
+    >>> # with loop.block():
+    >>> #     layer.increment(i); layer.assign(layer.less_than(i, n), cond)
+    """
+
+    def __init__(self, cond: Variable, is_test: bool = False, name: str | None = None,
+                 max_iterations: int | None = None) -> None:
+        _check_condition(cond, "cond", "While")
+        _check_bound(max_iterations)
+        self.cond_var, self.is_test, self.max_iterations = cond, is_test, max_iterations
+
+    def block(self) -> _BlockGuard:
+        """The body: a ``with`` block."""
+        return _BlockGuard(lambda inside: _append_while(inside, self.cond_var, self.is_test, self.max_iterations))
+
+
+class Switch:
+    """Paddle 1.x's switch: ``with Switch() as s:``, then ``with s.case(cond):`` blocks (the first
+    whose condition holds runs) and an optional ``with s.default():``; the blocks assign to
+    variables of the enclosing block."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.inside_scope = False
+        self.pre_not_conditions: list[Variable] = []
+
+    def case(self, condition: Variable) -> _BlockGuard:
+        """A block that runs when ``condition`` holds and no earlier case's did."""
+        if not self.inside_scope:
+            raise ValueError("case should be called inside with")
+        _check_condition(condition, "condition", "Switch.case")
+        if not self.pre_not_conditions:
+            cond = condition
+            self.pre_not_conditions.append(logical_not(condition))
+        else:
+            previous = self.pre_not_conditions[-1]
+            self.pre_not_conditions.append(logical_and(previous, logical_not(condition)))
+            cond = logical_and(previous, condition)
+        return _BlockGuard(lambda inside: _append_conditional_block(inside, [cond], True))
+
+    def default(self) -> _BlockGuard:
+        """A block that runs when no case's condition held."""
+        if not self.pre_not_conditions:
+            raise ValueError("there should be at least one condition")
+        cond = self.pre_not_conditions[-1]
+        return _BlockGuard(lambda inside: _append_conditional_block(inside, [cond], True))
+
+    def __enter__(self) -> "Switch":
+        self.inside_scope = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.inside_scope = False
+        return False

@@ -538,3 +538,60 @@ def test_gradients_through_an_array_written_in_a_loop(fed_count):
         minus["x"][idx] -= eps
         numeric = (_run_here(main, plus, [loss.name])[0] - _run_here(main, minus, [loss.name])[0]) / (2 * eps)
         np.testing.assert_allclose(ours[0][idx], numeric, rtol=1e-6)
+
+
+# -- Fluid 1.x style -------------------------------------------------------------------------------
+def test_fluid_while_and_switch_run_in_paddle_and_paddles_run_here():
+    # Ours, run in Paddle.
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=[3])
+        i = layer.fill_constant([1], "int64", 0)
+        n = layer.fill_constant([1], "int64", 5)
+        total = layer.fill_constant([1], "float32", 0.0)
+        cond = layer.less_than(i, n)
+        loop = layer.While(cond)
+        with loop.block():
+            layer.assign(total + layer.reduce_sum(x), total)
+            layer.increment(i)
+            layer.assign(layer.less_than(i, n), cond)
+        lr = layer.fill_constant([1], "float32", 0.0)
+        with layer.Switch() as switch:
+            with switch.case(total < 0.0):
+                layer.assign(layer.fill_constant([1], "float32", -1.0), lr)
+            with switch.case(total < 10.0):
+                layer.assign(total * 0.5, lr)
+            with switch.default():
+                layer.assign(layer.fill_constant([1], "float32", 100.0), lr)
+    fetch = [total.name, lr.name, i.name]
+    for value in (-1.0, 0.2, 3.0):
+        feed = {"x": np.full((2, 3), value, "float32")}
+        ours = _run_here(main, feed, fetch)
+        _close(ours, po.run(main.serialize(), feed, fetch))
+        assert int(ours[2][0]) == 5
+    # Paddle's, run here.
+    from paddle.static.nn.control_flow import Switch, While
+
+    pmain, pstartup = _paddle_programs()
+    with paddle.static.program_guard(pmain, pstartup):
+        x = paddle.static.data("x", [-1, 3], "float32")
+        i = paddle.full([1], 0, "int64")
+        n = paddle.full([1], 4, "int64")
+        total = paddle.full([1], 0.0, "float32")
+        cond = paddle.less_than(i, n)
+        loop = While(cond)
+        with loop.block():
+            paddle.assign(total + paddle.sum(x), total)
+            paddle.increment(i)
+            paddle.assign(paddle.less_than(i, n), cond)
+        lr = paddle.full([1], 0.0, "float32")
+        with Switch() as switch:
+            with switch.case(total < 0.0):
+                paddle.assign(paddle.full([1], -1.0, "float32"), lr)
+            with switch.default():
+                paddle.assign(total * 2.0, lr)
+    prog = fj.Program.parse(pmain.desc.serialize_to_string())
+    fetch = [total.name, lr.name]
+    for value in (-1.0, 0.5):
+        feed = {"x": np.full((2, 3), value, "float32")}
+        _close(_run_here(prog, feed, fetch), po.run(pmain, feed, fetch))
