@@ -595,3 +595,20 @@ def test_fluid_while_and_switch_run_in_paddle_and_paddles_run_here():
     for value in (-1.0, 0.5):
         feed = {"x": np.full((2, 3), value, "float32")}
         _close(_run_here(prog, feed, fetch), po.run(pmain, feed, fetch))
+
+
+def test_a_parsed_loop_whose_variable_changes_shape_fails_naming_it():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = main.global_block().create_var("grow", (2,), "float32", is_data=True)
+        i = layer.fill_constant([1], "int64", 0)
+        n = layer.fill_constant([1], "int64", 3)
+        cond = layer.less_than(i, n)
+        loop = layer.While(cond)                # no build-time check here: the run names it
+        with loop.block():
+            layer.assign(layer.concat([x, x]), x)
+            layer.increment(i)
+            layer.assign(layer.less_than(i, n), cond)
+    prog = fj.Program.parse(main.serialize())
+    with pytest.raises(ShapeError, match="'grow' changes shape"):
+        _run_here(prog, {"grow": np.ones(2, "float32")}, ["grow"])

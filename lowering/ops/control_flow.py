@@ -329,7 +329,6 @@ class _Loop:
                                          f"its body (block {sub.block.idx}) does not write it")
                 init[n] = _zeros(written[n])
         self.init = init
-        self._check_types()
 
     def _key(self, i):
         return None if self.key is None else jax.random.fold_in(self.key, i)
@@ -371,7 +370,11 @@ class _Loop:
             c, i = state
             return self.step(c, consts, i), i + 1
 
-        return lax.while_loop(cond, body, (carry, jnp.zeros((), jnp.int32)))
+        try:
+            return lax.while_loop(cond, body, (carry, jnp.zeros((), jnp.int32)))
+        except TypeError:
+            self._check_types()     # names the loop variable whose type changed (one more trace)
+            raise
 
 
 def _ops_within(block):
