@@ -1,6 +1,6 @@
 """Op definitions, one module per family; importing this package registers them all."""
 
 from . import (activation, control_flow, conv, crf, extra, logic, loss, manipulation, math, nn,  # noqa: F401
-               norm, optimizer, random, recurrent_lod, reduce, rnn, sequence, sequence_layout,
+               norm, optimizer, random, recurrent, recurrent_lod, reduce, rnn, sequence, sequence_layout,
                sequence_window, tensor, vision)
 from . import extra_nn  # noqa: F401,E402

@@ -1,9 +1,12 @@
-"""Rows of the fused ``rnn`` op (``paddle.nn.LSTM`` / ``GRU`` / ``SimpleRNN`` in static programs):
-each mode, several layers, both directions, ``SequenceLength`` (a row shorter than the batch),
-initial states, float64 rows against finite differences. The rows run in training mode with
+"""Rows of the fused ``rnn`` op (what ``paddle.nn.LSTM`` / ``GRU`` / ``SimpleRNN`` save in static
+programs) and of ``recurrent`` (StaticRNN's op: it owns a step block, so whole programs from
+``tests/test_static_rnn.py`` check it).
+
+The ``rnn`` rows cover each mode, several layers, both directions, ``SequenceLength`` (rows
+shorter than the batch), initial states, and float64 rows against finite differences; Paddle's
+CPU kernel is the oracle, or a NumPy transcription of it. They run in training mode with
 ``dropout_prob`` 0 (deterministic): Paddle's ``rnn_grad`` needs the Reserve its training-mode
-forward keeps. Paddle's CPU kernel is the oracle;
-``tests/test_rnn.py`` also checks the layouts against a NumPy transcription and whole models.
+forward keeps. ``tests/test_rnn.py`` checks whole models and dropout.
 """
 
 import numpy as np
@@ -78,6 +81,14 @@ def _reference(inputs, attrs):
     return {"Out": x, "State": finals}
 
 
+def _check_recurrent(case):
+    import test_static_rnn as t
+
+    t.test_paddle_static_rnn_without_memory_same_gradients_as_paddle()
+    t.test_paddle_static_rnn_with_memory_runs_here(reverse=True)
+    t.test_fluidjax_static_rnn_runs_in_paddle(spelling="class")
+
+
 def _numpy(row):
     """A row checked against the NumPy transcription (and float64 finite differences)."""
     return {**row, "paddle": False, "oracle": _reference}
@@ -105,4 +116,5 @@ CASES = [
     # Inference mode: Paddle's kernel then keeps no Reserve, so its rnn_grad cannot run (forward only).
     Case("rnn", **{**_rnn("LSTM", layers=2, bidirec=True, lengths=[5, 2, 4], is_test=True), "grad": ()},
          name="lstm-2-bidirec-lengths-is-test"),
+    Case("recurrent", check=_check_recurrent),
 ]
