@@ -612,3 +612,18 @@ def test_a_parsed_loop_whose_variable_changes_shape_fails_naming_it():
     prog = fj.Program.parse(main.serialize())
     with pytest.raises(ShapeError, match="'grow' changes shape"):
         _run_here(prog, {"grow": np.ones(2, "float32")}, ["grow"])
+
+
+def test_cond_with_nested_results_runs_like_paddle():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=[3])
+        pred = layer.reduce_sum(x) > 0.0
+        a, (b, c) = layer.cond(pred, lambda: (x * 2.0, [x + 1.0, layer.reduce_sum(x)]),
+                               lambda: (x * 3.0, [x - 1.0, layer.reduce_max(x)]))
+        only_true = layer.cond(pred, lambda: None)
+    assert only_true is None
+    fetch = [a.name, b.name, c.name]
+    for value in (1.0, -2.0):
+        feed = {"x": np.full((2, 3), value, "float32")}
+        _close(_run_here(main, feed, fetch), po.run(main.serialize(), feed, fetch))
