@@ -627,3 +627,47 @@ def test_cond_with_nested_results_runs_like_paddle():
     for value in (1.0, -2.0):
         feed = {"x": np.full((2, 3), value, "float32")}
         _close(_run_here(main, feed, fetch), po.run(main.serialize(), feed, fetch))
+
+
+def test_paddle_training_program_with_cond_and_while_trains_here_alike():
+    """Paddle builds and minimizes (SGD) a net whose fc layers sit in cond branches and whose
+    hidden state goes through a while loop; 5 steps here and in Paddle from the same parameters
+    give the same losses."""
+    main, startup = _paddle_programs()
+    main.random_seed = startup.random_seed = 3
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [-1, 4], "float32")
+        label = paddle.static.data("label", [-1, 1], "float32")
+        h = paddle.static.nn.fc(x, 4)          # (Paddle's tanh_grad reads Out, not X: kept to sub-blocks)
+        h = paddle.static.nn.cond(paddle.mean(h) > 0, lambda: paddle.static.nn.fc(h, 4, activation="tanh"),
+                                  lambda: paddle.static.nn.fc(h, 4, activation="sigmoid"))
+        i = paddle.full([1], 0, "int64")
+        n = paddle.full([1], 2, "int64")
+        w = paddle.static.create_parameter([4, 4], "float32")
+        _, h = paddle.static.nn.while_loop(lambda i, h: i < n, lambda i, h: [i + 1, paddle.tanh(paddle.matmul(h, w))],
+                                           [i, h])
+        loss = paddle.mean(paddle.square(paddle.static.nn.fc(h, 1) - label))
+        paddle.optimizer.SGD(0.5).minimize(loss)
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        paddle.static.Executor(paddle.CPUPlace()).run(startup)
+    params = {v.name: np.array(scope.find_var(v.name).get_tensor()) for v in main.list_vars()
+              if v.persistable and scope.find_var(v.name) is not None
+              and v.type == paddle.base.core.VarDesc.VarType.LOD_TENSOR}
+    prog = fj.Program.parse(main.desc.serialize_to_string())
+    rng = np.random.default_rng(7)
+    batches = [{"x": rng.uniform(-1, 1, (8, 4)).astype("float32"), "label": rng.uniform(-1, 1, (8, 1)).astype("float32")}
+               for _ in range(5)]
+    pscope, ours_scope = paddle.static.Scope(), fj.Scope()
+    place = paddle.CPUPlace()
+    for name, value in params.items():
+        pscope.var(name).get_tensor().set(value, place)
+        ours_scope.var(name).get_mutable(fj.LoDTensor).set(value)
+    exe, pexe = fj.Executor(), paddle.static.Executor(place)
+    ours, theirs = [], []
+    for feed in batches:
+        ours.append(float(exe.run(prog, feed=feed, fetch_list=[loss.name], scope=ours_scope)[0]))
+        with paddle.static.scope_guard(pscope):
+            theirs.append(float(np.array(pexe.run(main, feed=feed, fetch_list=[loss.name])[0])))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4)
+    assert ours[-1] != ours[0]                     # it did train
