@@ -11,9 +11,11 @@ blocks of 32 channels, batch 64, Momentum) train at the same *global* batch
 - data-parallel over 2 processes of 1 device each, started by ``fluidjax.distributed.launch``
   (gloo collectives over localhost).
 
-Printed: the median step time after warm-up, and its ratio to one device. On a CPU host the
-forced devices share the same cores, so no speedup is possible: the ratio is the cost of
-partitioning the step (collectives, per-device dispatch); the target is <= 1.3x.
+Printed: the median step time after warm-up (wall, and CPU time of all threads — of both
+processes in the 2-process cell), and their ratios to one device. On a CPU host the forced
+devices share the same cores, so no speedup is possible: the CPU-time ratio is the work that
+partitioning adds (collectives, per-device dispatch, and under ``sharding="none"`` the optimizer
+update, which every device repeats on its replicated copy); the target is <= 1.3x.
 """
 
 from __future__ import annotations
@@ -65,16 +67,17 @@ def build(model: str):
     return main, startup, cost, data
 
 
-def time_steps(exe, program, feed, cost, scope, steps: int) -> float:
+def time_steps(exe, program, feed, cost, scope, steps: int) -> tuple[float, float]:
+    """(median wall seconds, median CPU seconds of this process, all threads) of one step."""
     for _ in range(3):                                       # compile and warm up
         exe.run(program, feed=feed, fetch_list=[cost], scope=scope)
-    times = []
+    times, cpu = [], []
     for _ in range(steps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         exe.run(program, feed=feed, fetch_list=[cost], scope=scope)
         times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2]
+        cpu.append(time.process_time() - start_cpu)
+    return sorted(times)[len(times) // 2], sorted(cpu)[len(cpu) // 2]
 
 
 def child(cell: str, model: str, steps: int, out: str | None) -> None:
@@ -98,11 +101,9 @@ def child(cell: str, model: str, steps: int, out: str | None) -> None:
             exe.run(startup, scope=scope)
             compiled = fj.CompiledProgram(main, fj.BuildStrategy(sharding=mode)).with_data_parallel()
             result[mode] = time_steps(exe, compiled, feed, cost, scope, steps)
-        if rank != 0:
-            return
     text = json.dumps(result)
     if out:
-        with open(out, "w") as f:
+        with open(f"{out}.{jax.process_index()}", "w") as f:
             f.write(text)
     else:
         print(text)
@@ -121,8 +122,12 @@ def run_cell(cell: str, model: str, steps: int) -> dict:
             subprocess.run([sys.executable, "-m", "fluidjax.distributed.launch", "--nproc", "2",
                             "--devices-per-proc", "1", "--timeout", "600", here, "--child", cell, "--model", model,
                             "--steps", str(steps), "--out", out], env=env, check=True)
-            with open(out) as f:
-                return json.load(f)
+            ranks = []
+            for rank in range(2):
+                with open(f"{out}.{rank}") as f:
+                    ranks.append(json.load(f))
+            # Wall time: process 0's; CPU time: both processes' (the step's whole work).
+            return {mode: (ranks[0][mode][0], sum(r[mode][1] for r in ranks)) for mode in ranks[0]}
     proc = subprocess.run([sys.executable, here, "--child", cell, "--model", model, "--steps", str(steps)],
                           env=env, check=True, capture_output=True, text=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -139,13 +144,15 @@ def main(argv=None) -> None:
     if args.child:
         child(args.child, args.model, args.steps, args.out)
         return
-    print(f"{'model':7s} {'cell':22s} {'step ms':>9s} {'/ single':>9s}")
+    print(f"{'model':7s} {'cell':32s} {'step ms':>9s} {'/ single':>9s} {'CPU ms':>9s} {'/ single':>9s}")
     for model in args.models.split(","):
-        single = run_cell("single", model, args.steps)["single"]
-        print(f"{model:7s} {'1 device':22s} {single * 1e3:9.2f} {1.0:9.2f}", flush=True)
+        single, single_cpu = run_cell("single", model, args.steps)["single"]
+        print(f"{model:7s} {'1 device':32s} {single * 1e3:9.2f} {1.0:9.2f} {single_cpu * 1e3:9.2f} {1.0:9.2f}",
+              flush=True)
         for cell, label in (("dp8", "8 devices, sharding="), ("2proc", "2 processes, sharding=")):
-            for mode, t in run_cell(cell, model, args.steps).items():
-                print(f"{model:7s} {label + mode:22s} {t * 1e3:9.2f} {t / single:9.2f}", flush=True)
+            for mode, (t, cpu) in run_cell(cell, model, args.steps).items():
+                print(f"{model:7s} {label + mode:32s} {t * 1e3:9.2f} {t / single:9.2f} {cpu * 1e3:9.2f} "
+                      f"{cpu / single_cpu:9.2f}", flush=True)
 
 
 if __name__ == "__main__":
