@@ -1,9 +1,12 @@
 """Math and tensor ops that real saved models and Paddle 2.x's API produce, beyond the core families.
 
-Unary math (trigonometric, hyperbolic, log1p, erf) and activations (mish, selu, celu, shrinks,
-thresholded_relu); tests (isnan_v2, isinf_v2); bitwise ops; heaviside; logsumexp, p_norm, dist,
-cumprod; bmm, einsum; tril_triu, flip, roll, meshgrid, argsort; index_select and the
-take/put_along_axis pair; expand_as_v2; assign_value and set_value.
+Unary math (trigonometric, hyperbolic, log1p, expm1, log2/log10, erf, trunc) and activations
+(mish, selu, celu, shrinks, thresholded_relu, logsigmoid, brelu); tests (isnan_v2, isinf_v2,
+isclose); bitwise ops; heaviside, atan2; logsumexp, p_norm, dist, cumprod, reduce_any/all/amax/
+amin, size; bmm, einsum, kron; tril_triu, flip, roll, meshgrid, argsort, unbind, diag_v2,
+repeat_interleave; index_select, index_sample and the take/put_along_axis pair; expand_as_v2;
+assign_value and set_value; and the ops whose output size depends on the data (where_index,
+masked_select, unique: padded and counted, see docs/ops_data_dependent.md).
 
 Each op follows its Paddle 2.6.2 kernel (type name, slots, attributes, semantics); gradients are
 the vjp of the JAX rule except where Paddle defines none (bool and integer results).
@@ -16,7 +19,6 @@ import string
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from ...ir import dtypes
 from ...ir.errors import OpRuntimeError

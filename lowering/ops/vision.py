@@ -1,6 +1,6 @@
 """Vision ops beyond 2-D convolution: pixel_shuffle, conv3d/pool3d, resizing (linear, bicubic,
 trilinear; sizes from attributes or tensors), affine_grid/grid_sampler, and the detection ops
-(roi_align, box_coder, prior_box, yolo_box).
+(roi_align, box_coder, prior_box, yolo_box, multiclass_nms3, matrix_nms).
 
 Tensor-valued sizes (``OutSize``, ``SizeTensor``, ``Scale`` of the ``*_interp_v2`` ops) change the
 output's shape, and XLA compiles static shapes: their values must be known when the block is
@@ -8,7 +8,7 @@ lowered. A rule reads them when they are concrete (computed from static shapes a
 before tracing); otherwise it falls back to the output shape the program declares (a program
 whose sizes never change declares them), and failing that raises a clear error. A fed size
 tensor is a run-time value inside ``jax.jit``: supporting it means making such feeds part of the
-compile key, as a shape is (a job for the Executor; see the report of this module's author).
+compile key, as a shape is (a job for the Executor; docs/ops_data_dependent.md, last section).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from jax import lax
 
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
-from ...ir.shape import InferShapeContext, same_as
+from ...ir.shape import InferShapeContext
 
 
 def _fail(ctx, message: str):
@@ -259,7 +259,8 @@ def pool3d(ctx):
 # -- resizing ----------------------------------------------------------------------------------------
 INTERP_ATTRS = {"data_layout": "NCHW", "out_d": 0, "out_h": 0, "out_w": 0, "scale": Attr("floats", []),
                 "interp_method": "bilinear", "align_corners": True, "align_mode": 1}
-_INTERP_RANK = {"linear_interp_v2": 3, "bilinear_interp_v2": 4, "bicubic_interp_v2": 4, "trilinear_interp_v2": 5}
+_INTERP_RANK = {"linear_interp_v2": (3,), "bilinear_interp_v2": (4,), "bicubic_interp_v2": (4,),
+                "trilinear_interp_v2": (5,), "nearest_interp_v2": (4, 5)}
 _SIZE_ATTRS = {1: ("out_w",), 2: ("out_h", "out_w"), 3: ("out_d", "out_h", "out_w")}
 
 
@@ -301,14 +302,16 @@ def interp_sizes(ctx, x_shape, tensors: bool = True):
     return spatial, out, scale
 
 
-def _interp_shape(ctx: InferShapeContext) -> None:
+def interp_shape(ctx: InferShapeContext) -> None:
+    """Shape rule of every ``*_interp_v2`` op (sizes from tensors are -1 at build time)."""
     x = ctx.input("X")
-    rank = _INTERP_RANK[ctx.op.type]
-    ctx.check(x.ndim == rank, f"X must be {rank}-D ({ctx.attr('data_layout')}), got {x.shape}")
+    ranks = _INTERP_RANK[ctx.op.type]
+    ctx.check(x.ndim in ranks, f"X must be {' or '.join(f'{r}-D' for r in ranks)} ({ctx.attr('data_layout')}), "
+                               f"got {x.shape}")
     _, out, _ = interp_sizes(ctx, x.shape, tensors=False)
-    ctx.check(len(out) == rank - 2, f"the output size needs {rank - 2} values, got {out}")
+    ctx.check(len(out) == x.ndim - 2, f"the output size needs {x.ndim - 2} values, got {out}")
     ctx.check(all(d > 0 or d == -1 for d in out),
-              f"the output size must be positive: set {'/'.join(_SIZE_ATTRS[rank - 2])} or a positive scale "
+              f"the output size must be positive: set {'/'.join(_SIZE_ATTRS[x.ndim - 2])} or a positive scale "
               f"(got {out})")
     last = _channel_last(ctx.attr("data_layout"))
     shape = (x.shape[0], *out, x.shape[-1]) if last else (*x.shape[:2], *out)
@@ -408,7 +411,7 @@ _INTERP_SLOTS = "X OutSize? SizeTensor*? Scale?"
 _INTERP_NO_GRAD = ["OutSize", "SizeTensor", "Scale"]
 
 
-@op("linear_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=_interp_shape,
+@op("linear_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=interp_shape,
     no_grad_inputs=_INTERP_NO_GRAD)
 def linear_interp_v2(ctx):
     """Linear resize of a 3-D X (NCW, or NWC written "NHWC" as Paddle does) to ``out_w`` (or width × ``scale``, or the OutSize /
@@ -416,7 +419,7 @@ def linear_interp_v2(ctx):
     return resize(ctx, "linear")
 
 
-@op("trilinear_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=_interp_shape,
+@op("trilinear_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=interp_shape,
     no_grad_inputs=_INTERP_NO_GRAD)
 def trilinear_interp_v2(ctx):
     """Trilinear resize of a 5-D X (NCDHW or NDHWC) to out_d × out_h × out_w (or the input × scale,
@@ -424,7 +427,7 @@ def trilinear_interp_v2(ctx):
     return resize(ctx, "linear")
 
 
-@op("bicubic_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=_interp_shape,
+@op("bicubic_interp_v2", inputs=_INTERP_SLOTS, outputs="Out", attrs=INTERP_ATTRS, infer_shape=interp_shape,
     no_grad_inputs=_INTERP_NO_GRAD)
 def bicubic_interp_v2(ctx):
     """Bicubic resize of a 4-D X (Keys' kernel, A = -0.75; edge pixels repeat): ``align_corners``
