@@ -1047,3 +1047,35 @@ def diag_v2(ctx):
         on = jnp.eye(n, k=k, dtype=bool)
         return {"Out": jnp.where(on, jnp.diag(x, k), jnp.asarray(ctx.attr("padding_value"), x.dtype))}
     return {"Out": jnp.diagonal(x, offset=k)}
+
+
+def _linspace_shape(ctx: InferShapeContext) -> None:
+    # The length is the *value* of Num: known here only when the program declares it.
+    out = ctx.output("Out")
+    n = out.shape[0] if out is not None and len(out.shape) == 1 else -1
+    ctx.set_output("Out", (n,), dtypes.from_enum(ctx.attr("dtype")), 0)
+
+
+@op("linspace", inputs="Start Stop Num", outputs="Out", attrs={"dtype": 5}, infer_shape=_linspace_shape, grad=None)
+def linspace(ctx):
+    """Num evenly spaced values from Start to Stop (both included), of ``dtype``; the first half
+    counts up from Start and the second down from Stop, as Paddle's kernel does. Num sets the
+    output's length, so its value must be known when the block is lowered (or the program must
+    declare the length)."""
+    dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
+    try:
+        (num,) = static_ints(ctx, "Num", what="Num")
+    except OpRuntimeError:
+        var = ctx.out_var("Out")
+        if var is None or len(var.shape) != 1 or var.shape[0] < 0:
+            raise
+        num = int(var.shape[0])
+    work = jnp.float64 if dtype == np.float64 else jnp.float32
+    start = ctx.input("Start").reshape(()).astype(work)
+    stop = ctx.input("Stop").reshape(()).astype(work)
+    if num == 1:
+        return {"Out": start.reshape(1).astype(dtype)}
+    step = (stop - start) / (num - 1)
+    i = jnp.arange(num, dtype=work)
+    out = jnp.where(i < num // 2, start + step * i, stop - step * (num - 1 - i))
+    return {"Out": out.astype(dtype)}

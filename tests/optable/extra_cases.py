@@ -346,3 +346,31 @@ CASES += [
     Case("crop_tensor", {"X": rand(3, 5, 4, dtype="float64"), "Offsets": np.array([1, 2, 0], "int32")},
          {"shape": [2, 3, 4]}, name="tensor_offsets_f64", batch_dims=()),
 ]
+
+
+def _declared_length(n):
+    """A check for linspace: Num is fed (a run-time value), so the program declares Out's length,
+    as a program whose Num is fixed does; outputs are compared with Paddle's."""
+
+    def check(case):
+        import paddle_oracle as po
+        import test_op_table as harness
+
+        built = harness.Built(case)
+        fetch = built.compared_outputs()
+        built.main.global_block().var(fetch[0]).shape = (n,)
+        ours = harness._run_fluidjax(built, fetch)
+        theirs = po.run(built.main.serialize(), built.feed, fetch)
+        harness._assert_close(ours[0], theirs[0], 1e-6, 1e-6, f"{case.id}: Out")
+
+    return check
+
+
+CASES += [
+    Case("linspace", {"Start": np.array([-1.0], "float32"), "Stop": np.array([2.5], "float32"),
+                      "Num": np.array([7], "int32")}, {"dtype": 5}, check=_declared_length(7)),
+    Case("linspace", {"Start": np.array([0.0], "float64"), "Stop": np.array([1.0], "float64"),
+                      "Num": np.array([10], "int32")}, {"dtype": 6}, name="f64", check=_declared_length(10)),
+    Case("linspace", {"Start": np.array([0.0], "float32"), "Stop": np.array([9.0], "float32"),
+                      "Num": np.array([4], "int32")}, {"dtype": 3}, name="int64", check=_declared_length(4)),
+]
