@@ -238,8 +238,8 @@ class ShardedStep:
 
         self.state = {name: state_sharding(name)
                       for name in plan.mutable_state + plan.const_state + plan.written_state}
-        # Each parameter's gradient lives where its parameter does (full sharding): XLA then
-        # reduce-scatters it instead of all-reducing it.
+        # Each parameter's gradient lives where its parameter does (full sharding), so XLA can
+        # reduce-scatter it (its GPU pipeline does; the CPU one all-reduces and takes the slice).
         self.grad_constraints = {p + GRAD_SUFFIX: self.state[p] for p in params
                                  if sharding == "full" and p in self.state and self.state[p] is not rep}
         self.gathered = frozenset(p for p in params if p in self.state and self.state[p] is not rep) \
