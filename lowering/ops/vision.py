@@ -1,6 +1,6 @@
 """Vision ops beyond 2-D convolution: pixel_shuffle, conv3d/pool3d, resizing (linear, bicubic,
 trilinear; sizes from attributes or tensors), affine_grid/grid_sampler, and the detection ops
-(roi_align, box_coder, prior_box, yolo_box, multiclass_nms3, matrix_nms).
+(roi_align, box_coder, prior_box, yolo_box, multiclass_nms3, matrix_nms), deformable_conv(_v1).
 
 Tensor-valued sizes (``OutSize``, ``SizeTensor``, ``Scale`` of the ``*_interp_v2`` ops) change the
 output's shape, and XLA compiles static shapes: their values must be known when the block is
@@ -1030,3 +1030,86 @@ def matrix_nms(ctx):
     keep, decayed = jax.vmap(lambda o, v, s, b: jax.vmap(lambda oc, vc, sc: decay(oc, vc, sc, b))(o, v, s))(
         order, valid, cand_scores, boxes)
     return _finish_nms(ctx, boxes, order, keep, decayed, k, "RoisNum", group_by_label=False)
+
+
+# -- deformable convolution --------------------------------------------------------------------------
+def _deform_geometry(ctx, x_shape, w_shape):
+    strides = [int(v) for v in ctx.attr("strides")]
+    paddings = [int(v) for v in ctx.attr("paddings")]
+    dilations = [int(v) for v in ctx.attr("dilations")]
+    out = [-1 if n < 0 else (n + 2 * p - (d * (k - 1) + 1)) // s + 1
+           for n, k, s, p, d in zip(x_shape[2:], w_shape[2:], strides, paddings, dilations)]
+    return strides, paddings, dilations, out
+
+
+def _deform_shape(ctx: InferShapeContext) -> None:
+    x, offset, w = ctx.input("Input"), ctx.input("Offset"), ctx.input("Filter")
+    ctx.check(x.ndim == 4 and w.ndim == 4 and offset.ndim == 4,
+              f"Input, Offset and Filter must be 4-D, got {x.shape}, {offset.shape}, {w.shape}")
+    ctx.check(len(ctx.attr("strides")) == 2 and len(ctx.attr("paddings")) == 2 and len(ctx.attr("dilations")) == 2,
+              "strides, paddings and dilations need 2 values each")
+    groups, dg = ctx.attr("groups") or 1, ctx.attr("deformable_groups") or 1
+    k = w.shape[2] * w.shape[3] if min(w.shape[2:]) >= 0 else -1
+    ctx.check(offset.shape[1] < 0 or k < 0 or offset.shape[1] == 2 * dg * k,
+              f"Offset has {offset.shape[1]} channels; 2 × deformable_groups {dg} × kernel {k} = {2 * dg * k} expected")
+    ctx.check(x.shape[1] < 0 or w.shape[1] < 0 or x.shape[1] == w.shape[1] * groups,
+              f"Input has {x.shape[1]} channels but Filter {w.shape} expects {w.shape[1]} × groups={groups}")
+    _, _, _, out = _deform_geometry(ctx, x.shape, w.shape)
+    ctx.check(all(o > 0 or o == -1 for o in out), f"the output would be empty ({out})")
+    ctx.set_output("Output", (x.shape[0], w.shape[0], *out), x.dtype, 0)
+
+
+def _deformable_conv(ctx, mask):
+    """Deformable convolution (v2 with ``mask``, v1 without), Paddle's sampling rules."""
+    x, offset, w = ctx.input("Input"), ctx.input("Offset"), ctx.input("Filter")
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    groups, dg = int(ctx.attr("groups") or 1), int(ctx.attr("deformable_groups") or 1)
+    (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _deform_geometry(ctx, x.shape, w.shape)
+    k = kh * kw
+    off = offset.reshape(n, dg, k, 2, oh, ow).astype(x.dtype)
+    ki, kj = np.divmod(np.arange(k), kw)
+    base_h = (np.arange(oh)[None, :, None] * sh - ph + ki[:, None, None] * dh).astype(np.float64)   # [K, Ho, 1]
+    base_w = (np.arange(ow)[None, None, :] * sw - pw + kj[:, None, None] * dw).astype(np.float64)   # [K, 1, Wo]
+    ys = jnp.asarray(base_h, x.dtype)[None, None] + off[:, :, :, 0]                                  # [N, dg, K, Ho, Wo]
+    xs = jnp.asarray(base_w, x.dtype)[None, None] + off[:, :, :, 1]
+    inside = (ys > -1) & (xs > -1) & (ys < h) & (xs < wd)
+    y0, x0 = jnp.floor(ys), jnp.floor(xs)
+    ly, lx = ys - y0, xs - x0
+    y0, x0 = y0.astype(jnp.int32), x0.astype(jnp.int32)
+    planes = x.reshape(n, dg, c // dg, h * wd)
+    cols = 0
+    for dy, dx, weight in ((0, 0, (1 - ly) * (1 - lx)), (0, 1, (1 - ly) * lx), (1, 0, ly * (1 - lx)), (1, 1, ly * lx)):
+        yy, xx = y0 + dy, x0 + dx
+        ok = inside & (yy >= 0) & (yy <= h - 1) & (xx >= 0) & (xx <= wd - 1)
+        flat = (jnp.clip(yy, 0, h - 1) * wd + jnp.clip(xx, 0, wd - 1)).reshape(n, dg, 1, -1)
+        vals = jnp.take_along_axis(planes, jnp.broadcast_to(flat, (n, dg, c // dg, flat.shape[-1])), axis=3)
+        cols = cols + vals * jnp.where(ok, weight, 0).reshape(n, dg, 1, -1)
+    cols = cols.reshape(n, dg, c // dg, k, oh, ow)
+    if mask is not None:
+        cols = cols * mask.reshape(n, dg, 1, k, oh, ow).astype(x.dtype)
+    cols = cols.reshape(n, groups, c // groups, k, oh, ow)
+    kernel = w.reshape(groups, o // groups, c // groups, k)
+    out = jnp.einsum("ngckhw,gock->ngohw", cols, kernel)
+    return {"Output": out.reshape(n, o, oh, ow)}
+
+
+_DEFORM_ATTRS = {"strides": Attr("ints", [1, 1]), "paddings": Attr("ints", [0, 0]), "dilations": Attr("ints", [1, 1]),
+                 "deformable_groups": 1, "groups": 1, "im2col_step": 64}
+
+
+@op("deformable_conv", inputs="Input Offset Filter Mask", outputs="Output", attrs=_DEFORM_ATTRS,
+    infer_shape=_deform_shape)
+def deformable_conv(ctx):
+    """Deformable convolution v2 (``paddle.vision.ops.deform_conv2d`` with a mask): each kernel tap
+    samples Input bilinearly at its grid position plus a learned Offset [N, 2·dg·kh·kw, Ho, Wo]
+    (dy, dx per tap; zero outside the image), scaled by Mask [N, dg·kh·kw, Ho, Wo]; the channels
+    split into ``deformable_groups`` that share offsets, and into ``groups`` for the filter."""
+    return _deformable_conv(ctx, ctx.input("Mask"))
+
+
+@op("deformable_conv_v1", inputs="Input Offset Filter", outputs="Output", attrs=_DEFORM_ATTRS,
+    infer_shape=_deform_shape)
+def deformable_conv_v1(ctx):
+    """Deformable convolution v1: deformable_conv without the modulation mask."""
+    return _deformable_conv(ctx, None)

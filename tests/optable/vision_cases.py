@@ -178,3 +178,26 @@ CASES += [
                                                       "keep_top_k": -1, "use_gaussian": True, "gaussian_sigma": 3.0,
                                                       "background_label": -1}, "gaussian", _MX),
 ]
+
+
+def _offsets(n, dg, k, oh, ow, seed, dtype="float32"):
+    """Offsets that keep samples away from integer positions (bilinear kinks)."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(-2, 3, (n, 2 * dg * k, oh, ow))
+    return (base + rng.uniform(0.15, 0.85, base.shape)).astype(dtype)
+
+
+# im2col_step 1, as Paddle's Python API writes it: with 64 (the op's default) Paddle's CPU grad kernel
+# leaves Input@GRAD at zero for a batch of 2.
+DEFORM = dict(outputs=("Output",), rtol=1e-4, atol=1e-5, grad_rtol=1e-3, grad_atol=1e-4)
+CASES += [
+    Case("deformable_conv", {"Input": rand(2, 4, 5, 6), "Offset": _offsets(2, 2, 9, 5, 6, 1),
+                             "Filter": rand(6, 2, 3, 3), "Mask": rand(2, 2 * 9, 5, 6, low=0.1, high=1.0)},
+         {"paddings": [1, 1], "deformable_groups": 2, "groups": 2, "im2col_step": 1}, **DEFORM),
+    Case("deformable_conv", {"Input": rand(1, 2, 6, 6, dtype="float64"),
+                             "Offset": _offsets(1, 1, 4, 3, 3, 2, "float64"), "Filter": rand(3, 2, 2, 2, dtype="float64"),
+                             "Mask": rand(1, 4, 3, 3, low=0.1, high=1.0, dtype="float64")},
+         {"strides": [2, 2], "paddings": [0, 0], "dilations": [1, 1], "im2col_step": 1}, name="stride_f64", **DEFORM),
+    Case("deformable_conv_v1", {"Input": rand(2, 3, 5, 5), "Offset": _offsets(2, 1, 9, 3, 3, 3),
+                                "Filter": rand(4, 3, 3, 3)}, {"dilations": [2, 2], "paddings": [1, 1], "im2col_step": 1}, **DEFORM),
+]
