@@ -20,7 +20,8 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["init", "config_from_env", "is_initialized", "process_index", "process_count", "gather", "shutdown"]
+__all__ = ["init", "config_from_env", "is_initialized", "process_index", "process_count", "gather", "gather_scope",
+           "shutdown"]
 
 _initialized = [False]
 
@@ -105,6 +106,26 @@ def gather(value) -> np.ndarray:
         return np.asarray(value.addressable_data(0))
     from jax.experimental import multihost_utils
     return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+
+def gather_scope(scope, names=None) -> list[str]:
+    """Replace the split values in ``scope`` (those of ``names``, default all) by whole NumPy
+    arrays, on every process, so that a checkpoint can be written from it
+    (``fj.io.save_persistables``, by process 0). Every process must call it (a collective); the
+    next data-parallel run puts the values back on its devices. Returns the names gathered.
+    """
+    from ..lowering.lod_tensor import LoDTensor
+    gathered = []
+    for name in sorted(scope.local_var_names()) if names is None else names:
+        holder = scope.find_var(name)
+        if holder is None or not holder.holds(LoDTensor):
+            continue
+        tensor = holder.get(LoDTensor)
+        value = tensor._value if tensor._is_initialized() else None
+        if isinstance(value, jax.Array) and not value.is_fully_addressable:
+            tensor._value = gather(value)
+            gathered.append(name)
+    return gathered
 
 
 def shutdown() -> None:

@@ -244,6 +244,16 @@ def distributed_run(out_prefix: str, steps: int, modes) -> None:
             losses.append(float(exe.run(compiled, feed=shard, fetch_list=[cost], scope=scope)[0]))
         state = {n: fj.distributed.gather(v).tolist() for n, v in scope_arrays(scope, names).items()}
         result["modes"][mode] = {"losses": losses, "state": state}
+        if mode == modes[-1]:
+            # A checkpoint of the split state, written by process 0; then one more sharded step
+            # from the gathered scope (the run puts the values back on its devices).
+            fj.distributed.gather_scope(scope)
+            if rank == 0:
+                fj.io.save_persistables(exe, f"{out_prefix}.ckpt", main, scope=scope)
+            extra = make_batch(steps)
+            shard = {k: v[rank * local:(rank + 1) * local] for k, v in extra.items()}
+            result["checkpoint_mode"] = mode
+            result["next_loss"] = float(exe.run(compiled, feed=shard, fetch_list=[cost], scope=scope)[0])
     with open(f"{out_prefix}.{rank}.json", "w") as f:
         json.dump(result, f)
 

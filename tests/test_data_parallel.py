@@ -153,7 +153,8 @@ def test_build_strategy_and_compiled_program_refuse_bad_arguments():
 def test_two_processes_train_like_one_device(tmp_path):
     """Two processes of 4 host devices each, started by the launcher, each feeding its half of every
     batch (and starting from parameters moved away from process 0's, which the first run must
-    broadcast): 20 Adam steps equal one device running the whole batch, on both processes."""
+    broadcast): 20 Adam steps equal one device running the whole batch, on both processes; a
+    checkpoint of the split state continues on one device."""
     import dp_worker
     prefix = tmp_path / "run"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -164,9 +165,10 @@ def test_two_processes_train_like_one_device(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     with fj.unique_name.guard():
         main, startup, cost, make_batch = dp_worker.build_mlp()
-    batches = [make_batch(i) for i in range(20)]
-    _, scope, want_losses = dp_worker.train(main, startup, cost, batches, 20)
+    batches = [make_batch(i) for i in range(21)]
+    exe, scope, want_losses = dp_worker.train(main, startup, cost, batches, 20)
     want_state = {k: np.asarray(v) for k, v in dp_worker.scope_arrays(scope, dp_worker.state_names(main)).items()}
+    want_next = float(exe.run(main, feed=batches[20], fetch_list=[cost], scope=scope)[0])
     for rank in (0, 1):
         got = json.loads((tmp_path / f"run.{rank}.json").read_text())
         assert (got["rank"], got["nproc"], got["devices"], got["local_devices"]) == (rank, 2, 8, 4)
@@ -175,6 +177,17 @@ def test_two_processes_train_like_one_device(tmp_path):
             np.testing.assert_allclose(r["losses"], want_losses, rtol=1e-5)
             assert set(r["state"]) == set(want_state)
             assert dp_worker.max_rel(want_state, {k: np.array(v) for k, v in r["state"].items()}) <= 1e-5
+        # After fj.distributed.gather_scope the run goes on; process 0's checkpoint of the split
+        # ("full") state loads into one device and gives the same next step.
+        assert got["checkpoint_mode"] == "full"
+        assert abs(got["next_loss"] - want_next) <= 1e-5 * abs(want_next)
+    exe2, scope2 = fj.Executor(), fj.Scope()
+    exe2.run(startup, scope=scope2)
+    fj.io.load_persistables(exe2, str(tmp_path / "run.ckpt"), main, scope=scope2)
+    loaded = {k: np.asarray(v) for k, v in dp_worker.scope_arrays(scope2, list(want_state)).items()}
+    assert dp_worker.max_rel(want_state, loaded) <= 1e-5
+    resumed = float(exe2.run(main, feed=batches[20], fetch_list=[cost], scope=scope2)[0])
+    assert abs(resumed - want_next) <= 1e-5 * abs(want_next)
 
 
 def test_launcher_environment_and_failure(tmp_path):
