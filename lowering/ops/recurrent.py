@@ -120,8 +120,35 @@ class _Recurrence:
         return ys, final
 
 
-def _values(names, values) -> list:
-    return [v for n, v in zip(names, values) if n != EMPTY_VAR_NAME]
+_SLOTS = ("inputs", "initial_states", "parameters")
+
+
+def _wanted(grad_op, primal: dict) -> dict:
+    """Per slot, the indices of the inputs ``grad_op`` writes a gradient for (floating ones)."""
+    wanted = {}
+    for s in _SLOTS:
+        grads = grad_op.output(s + "@GRAD")
+        wanted[s] = tuple(i for i, v in enumerate(primal[s]) if i < len(grads) and grads[i] != EMPTY_VAR_NAME
+                          and v is not None and hasattr(v, "dtype") and jnp.issubdtype(v.dtype, jnp.inexact))
+    return wanted
+
+
+def _differentiated(rec: "_Recurrence", primal: dict, wanted: dict):
+    """(outputs, vjp) of the scan with respect to the ``wanted`` inputs."""
+    def forward(diff: dict) -> list:
+        values = {s: list(primal[s]) for s in _SLOTS}
+        for s in _SLOTS:
+            for i, v in zip(wanted[s], diff[s]):
+                values[s][i] = v
+        ys, _ = rec.run(values["inputs"], values["initial_states"], values["parameters"])
+        return ys
+
+    return jax.vjp(forward, {s: [primal[s][i] for i in wanted[s]] for s in _SLOTS})
+
+
+def _grad_op_of(op):
+    names = op.output("outputs")
+    return next((o for o in op.block.ops if o.type == "recurrent_grad" and o.input("outputs") == names), None)
 
 
 @op("recurrent", inputs="inputs* initial_states* parameters*", outputs="outputs* step_scopes",
@@ -132,8 +159,18 @@ def recurrent(ctx):
     sub = ctx.sub_block()
     key = sub.base_key()
     rec = _Recurrence(ctx, sub, key)
-    ys, _ = rec.run(ctx.inputs("inputs"), ctx.inputs("initial_states"), ctx.inputs("parameters"))
-    return {"outputs": ys, "step_scopes": {"key": key}}
+    scope = {"key": key}
+    grad_op = _grad_op_of(ctx.op)
+    if grad_op is not None:
+        # Differentiated in this program: run the scan once, keeping its residuals for
+        # recurrent_grad (XLA does not merge the two identical loops a recomputation would make).
+        primal = {s: list(ctx.inputs(s)) for s in _SLOTS}
+        wanted = _wanted(grad_op, primal)
+        ys, vjp = _differentiated(rec, primal, wanted)
+        scope.update(vjp=vjp, wanted=wanted, outputs=ys)
+    else:
+        ys, _ = rec.run(ctx.inputs("inputs"), ctx.inputs("initial_states"), ctx.inputs("parameters"))
+    return {"outputs": ys, "step_scopes": scope}
 
 
 # Paddle's recurrent_grad also lists step_scopes@GRAD (its own scopes again): accepted, unused.
@@ -143,31 +180,20 @@ def recurrent(ctx):
     grad=None)
 def recurrent_grad(ctx):
     """``jax.vjp`` of the forward scan with respect to ``inputs``, ``initial_states`` and
-    ``parameters`` (a missing ``outputs@GRAD`` counts as zeros); the step block's randomness is
-    replayed from the forward op's key."""
+    ``parameters`` (a missing ``outputs@GRAD`` counts as zeros), from the residuals the forward
+    op kept in ``step_scopes`` when it has them; otherwise the forward is recomputed, its
+    randomness replayed from the forward op's key."""
     op = ctx.op
     sub = ctx.sub_block()
     saved = ctx.input("step_scopes")
     key = saved.get("key") if isinstance(saved, dict) else None
     rec = _Recurrence(ctx, sub, key)
-    slots = ("inputs", "initial_states", "parameters")
-    primal = {s: list(ctx.inputs(s)) for s in slots}
-    wanted = {}
-    for s in slots:
-        grads = op.output(s + "@GRAD")
-        wanted[s] = [i for i, v in enumerate(primal[s]) if i < len(grads) and grads[i] != EMPTY_VAR_NAME
-                     and v is not None and hasattr(v, "dtype") and jnp.issubdtype(v.dtype, jnp.inexact)]
-
-    def forward(diff: dict) -> list:
-        values = {s: list(primal[s]) for s in slots}
-        for s in slots:
-            for i, v in zip(wanted[s], diff[s]):
-                values[s][i] = v
-        ys, _ = rec.run(values["inputs"], values["initial_states"], values["parameters"])
-        return ys
-
-    diff = {s: [primal[s][i] for i in wanted[s]] for s in slots}
-    ys, vjp = jax.vjp(forward, diff)
+    primal = {s: list(ctx.inputs(s)) for s in _SLOTS}
+    wanted = _wanted(op, primal)
+    if isinstance(saved, dict) and saved.get("wanted") == wanted and "vjp" in saved:
+        ys, vjp = saved["outputs"], saved["vjp"]
+    else:
+        ys, vjp = _differentiated(rec, primal, wanted)
     given = dict(zip(op.input("outputs@GRAD"), ctx.inputs("outputs@GRAD")))
     positional = ctx.inputs("outputs@GRAD")
     cts = []
@@ -178,7 +204,7 @@ def recurrent_grad(ctx):
         cts.append(jnp.zeros_like(y) if g is None else jnp.asarray(g, y.dtype).reshape(y.shape))
     (grads,) = vjp(cts)
     result: dict[str, Any] = {}
-    for s in slots:
+    for s in _SLOTS:
         out = [None] * len(primal[s])
         for i, g in zip(wanted[s], grads[s]):
             out[i] = g

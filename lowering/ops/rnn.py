@@ -200,6 +200,26 @@ def _arguments(ctx):
     return mode, layers, dirs, x, states, [jnp.asarray(w, x.dtype) for w in weights], ctx.input("SequenceLength")
 
 
+class Residuals:
+    """What a forward ``rnn`` op keeps in ``Reserve`` for the ``rnn_grad`` of the same run: the vjp
+    of its forward (its residuals), so the gradient does not run the forward scan a second time
+    (XLA does not merge two identical loops). Only inside one jitted step; a ``Reserve`` that holds
+    anything else makes ``rnn_grad`` recompute the forward."""
+
+    def __init__(self, vjp, outputs) -> None:
+        self.vjp, self.outputs = vjp, outputs
+
+
+def grad_op_of(op, grad_type: str, slot: str):
+    """The op of type ``grad_type`` in ``op``'s block that reads ``op``'s outputs ``slot`` (its
+    gradient op), or None."""
+    names = op.output(slot)
+    for other in op.block.ops:
+        if other.type == grad_type and other.input(slot) == names:
+            return other
+    return None
+
+
 @op("rnn", inputs="Input PreState* WeightList* SequenceLength?", outputs="Out DropoutState Reserve State*",
     attrs=_ATTRS, infer_shape=_rnn_shape, no_grad_inputs=["SequenceLength"],
     no_grad_outputs=["DropoutState", "Reserve"], random=True, grad="custom")
@@ -215,18 +235,25 @@ def rnn(ctx):
     if _dropping(ctx.attr):
         shape = (layers - 1, x.shape[0], x.shape[1], dirs * int(ctx.attr("hidden_size")))
         masks = (jax.random.uniform(ctx.rng(), shape) >= p).astype(jnp.uint8)
-    out, finals = rnn_forward(mode, x, states, weights, seq_len, layers, dirs, masks, p)
+    reserve = jnp.zeros((0,), jnp.uint8)
+    if grad_op_of(ctx.op, "rnn_grad", "Out") is not None:
+        # Differentiated in this program: run the forward once, keeping its residuals.
+        (out, finals), vjp = jax.vjp(
+            lambda x, s, w: rnn_forward(mode, x, s, w, seq_len, layers, dirs, masks, p), x, states, weights)
+        reserve = Residuals(vjp, (out, finals))
+    else:
+        out, finals = rnn_forward(mode, x, states, weights, seq_len, layers, dirs, masks, p)
     return {"Out": out, "State": finals,
-            "DropoutState": masks if masks is not None else jnp.zeros((0,), jnp.uint8),
-            "Reserve": jnp.zeros((0,), jnp.uint8)}
+            "DropoutState": masks if masks is not None else jnp.zeros((0,), jnp.uint8), "Reserve": reserve}
 
 
 @op("rnn_grad", inputs="Input PreState* WeightList* SequenceLength? Out DropoutState? Reserve? "
                        "Out@GRAD? State@GRAD*?",
     outputs="Input@GRAD? PreState@GRAD*? WeightList@GRAD*?", attrs=_ATTRS, infer_shape=grad_rule, grad=None)
 def rnn_grad(ctx):
-    """The vjp of ``rnn``'s forward, dropping the elements its ``DropoutState`` dropped. A missing
-    ``Out@GRAD`` or ``State@GRAD`` counts as zeros."""
+    """The vjp of ``rnn``'s forward, dropping the elements its ``DropoutState`` dropped (from the
+    residuals the forward op kept in ``Reserve`` when it has them). A missing ``Out@GRAD`` or
+    ``State@GRAD`` counts as zeros."""
     mode, layers, dirs, x, states, weights, seq_len = _arguments(ctx)
     p = float(ctx.attr("dropout_prob") or 0.0)
     masks = ctx.input("DropoutState") if _dropping(ctx.attr) else None
@@ -234,10 +261,14 @@ def rnn_grad(ctx):
         raise OpRuntimeError(f"op 'rnn_grad' at {ctx.op.location}: DropoutState holds no dropout masks "
                              f"(shape {tuple(masks.shape)}); it must be the forward rnn op's")
 
-    def forward(x, states, weights):
-        return rnn_forward(mode, x, states, weights, seq_len, layers, dirs, masks, p)
+    saved = ctx.input("Reserve")
+    if isinstance(saved, Residuals):
+        vjp, (out, finals) = saved.vjp, saved.outputs
+    else:
+        def forward(x, states, weights):
+            return rnn_forward(mode, x, states, weights, seq_len, layers, dirs, masks, p)
 
-    (out, finals), vjp = jax.vjp(forward, x, states, weights)
+        (out, finals), vjp = jax.vjp(forward, x, states, weights)
     g_out = ctx.input("Out@GRAD")
     g_out = jnp.zeros_like(out) if g_out is None else jnp.asarray(g_out, out.dtype).reshape(out.shape)
     given = ctx.inputs("State@GRAD")
