@@ -979,19 +979,7 @@ def multiclass_nms3(ctx):
     threshold0 = jnp.asarray(ctx.attr("nms_threshold"), boxes.dtype)
 
     def greedy(box_idx, ok, image_boxes):
-        iou = _iou_matrix(image_boxes[box_idx], normalized)                # [K, K]
-
-        def step(i, carry):
-            keep, thr = carry
-            earlier = (jnp.arange(k) < i) & keep
-            keep_i = ok[i] & ~jnp.any(earlier & (iou[i] > thr))
-            keep = keep.at[i].set(keep_i)
-            if eta < 1:
-                thr = jnp.where(keep_i & (thr > 0.5), thr * eta, thr)
-            return keep, thr
-
-        keep, _ = lax.fori_loop(0, k, step, (jnp.zeros((k,), bool), threshold0))
-        return keep
+        return _greedy_keep(_iou_matrix(image_boxes[box_idx], normalized), ok, threshold0, eta)
 
     keep = jax.vmap(lambda o, v, b: jax.vmap(lambda oc, vc: greedy(oc, vc, b))(o, v))(order, valid, boxes)
     return _finish_nms(ctx, boxes, order, keep, cand_scores, k, "NmsRoisNum", group_by_label=True)
@@ -1113,3 +1101,121 @@ def deformable_conv(ctx):
 def deformable_conv_v1(ctx):
     """Deformable convolution v1: deformable_conv without the modulation mask."""
     return _deformable_conv(ctx, None)
+
+
+# -- detection: generate_proposals_v2 ----------------------------------------------------------------
+def _greedy_keep(iou, ok, threshold, eta: float):
+    """Greedy NMS over candidates sorted best first: candidate i survives unless it overlaps a
+    survivor by more than the threshold, which shrinks by ``eta`` after each survivor while above
+    0.5 (Paddle's adaptive NMS)."""
+    k = ok.shape[0]
+
+    def step(i, carry):
+        keep, thr = carry
+        earlier = (jnp.arange(k) < i) & keep
+        keep_i = ok[i] & ~jnp.any(earlier & (iou[i] > thr))
+        keep = keep.at[i].set(keep_i)
+        if eta < 1:
+            thr = jnp.where(keep_i & (thr > 0.5), thr * eta, thr)
+        return keep, thr
+
+    keep, _ = lax.fori_loop(0, k, step, (jnp.zeros((k,), bool), threshold))
+    return keep
+
+
+def _pack_rows(rows, selected, capacity: int):
+    """Each image's selected rows ([N, P, F], selected ones first) packed back to back into one
+    padded array [N·capacity, F], with the per-image counts."""
+    n = rows.shape[0]
+    counts = jnp.sum(selected, axis=1).astype(jnp.int32)
+    starts = jnp.cumsum(counts) - counts
+    dest = jnp.where(selected, starts[:, None] + jnp.arange(rows.shape[1])[None], n * capacity)
+    packed = jnp.zeros((n * capacity, rows.shape[2]), rows.dtype).at[dest.reshape(-1)].set(
+        rows.reshape(-1, rows.shape[2]), mode="drop")
+    return packed, counts
+
+
+def _proposals_shape(ctx: InferShapeContext) -> None:
+    scores, deltas = ctx.input("Scores"), ctx.input("BboxDeltas")
+    ctx.check(scores.ndim == 4 and deltas.ndim == 4, f"Scores and BboxDeltas must be 4-D, got {scores.shape}, "
+                                                     f"{deltas.shape}")
+    ctx.check(scores.shape[1] < 0 or deltas.shape[1] < 0 or deltas.shape[1] == 4 * scores.shape[1],
+              f"BboxDeltas needs 4 channels per anchor of Scores: {deltas.shape} vs {scores.shape}")
+    ctx.set_output("RpnRois", (-1, 4), deltas.dtype, 0)
+    ctx.set_output("RpnRoiProbs", (-1, 1), scores.dtype, 0)
+    if ctx.has_output("RpnRoisNum"):
+        ctx.set_output("RpnRoisNum", (scores.shape[0],), "int32", 0)
+
+
+_BBOX_CLIP = float(np.log(1000.0 / 16.0))
+
+
+@op("generate_proposals_v2", inputs="Scores BboxDeltas ImShape Anchors Variances",
+    outputs="RpnRois RpnRoiProbs RpnRoisNum?",
+    attrs={"pre_nms_topN": 6000, "post_nms_topN": 1000, "nms_thresh": 0.5, "min_size": 0.1, "eta": 1.0,
+           "pixel_offset": True},
+    infer_shape=_proposals_shape, grad=None)
+def generate_proposals_v2(ctx):
+    """RPN proposals per image: the ``pre_nms_topN`` best anchors (Scores [N, A, H, W]) are decoded
+    with BboxDeltas [N, 4A, H, W] and Variances (log-sizes clipped at log(1000/16)), clipped to
+    ImShape [N, 2] = (height, width), filtered by ``min_size`` (at least 1), reduced by greedy NMS
+    (``nms_thresh``, adaptive ``eta``) and cut to ``post_nms_topN``; an image left with none gets
+    one zero box. RpnRois [K, 4], RpnRoiProbs [K, 1] (images back to back, best first) and
+    RpnRoisNum [N]: padded, with the count carried (docs/ops_data_dependent.md)."""
+    from .extra import ragged
+
+    scores, deltas = ctx.input("Scores"), ctx.input("BboxDeltas")
+    im, anchors, variances = ctx.input("ImShape"), ctx.input("Anchors"), ctx.input("Variances")
+    n, a, h, w = scores.shape
+    m = a * h * w
+    dtype = deltas.dtype
+    scores = scores.transpose(0, 2, 3, 1).reshape(n, m)
+    deltas = deltas.transpose(0, 2, 3, 1).reshape(n, m, 4).astype(dtype)
+    anchors = anchors.reshape(m, 4).astype(dtype)
+    variances = variances.reshape(m, 4).astype(dtype)
+    pre = int(ctx.attr("pre_nms_topN"))
+    k = m if pre <= 0 or pre >= m else pre
+    post = int(ctx.attr("post_nms_topN"))
+    capacity = min(post, k) if post > 0 else k
+    offset = 1.0 if ctx.attr("pixel_offset") else 0.0
+    min_size = max(float(ctx.attr("min_size")), 1.0)
+    thr = float(ctx.attr("nms_thresh"))
+    eta = float(ctx.attr("eta"))
+
+    def one_image(sc, dl, size):
+        order = jnp.argsort(-sc, stable=True)[:k]
+        sc, dl, an, var = sc[order], dl[order], anchors[order], variances[order]
+        aw, ah = an[:, 2] - an[:, 0] + offset, an[:, 3] - an[:, 1] + offset
+        acx, acy = an[:, 0] + 0.5 * aw, an[:, 1] + 0.5 * ah
+        cx, cy = var[:, 0] * dl[:, 0] * aw + acx, var[:, 1] * dl[:, 1] * ah + acy
+        bw = jnp.exp(jnp.minimum(var[:, 2] * dl[:, 2], _BBOX_CLIP)) * aw
+        bh = jnp.exp(jnp.minimum(var[:, 3] * dl[:, 3], _BBOX_CLIP)) * ah
+        im_h, im_w = size[0].astype(dtype), size[1].astype(dtype)
+        x1 = jnp.clip(cx - bw / 2, 0, im_w - offset)
+        y1 = jnp.clip(cy - bh / 2, 0, im_h - offset)
+        x2 = jnp.clip(cx + bw / 2 - offset, 0, im_w - offset)
+        y2 = jnp.clip(cy + bh / 2 - offset, 0, im_h - offset)
+        boxes = jnp.stack([x1, y1, x2, y2], axis=-1)
+        ws, hs = x2 - x1 + offset, y2 - y1 + offset
+        keep = (ws >= min_size) & (hs >= min_size)
+        if offset:
+            keep = keep & (x1 + ws / 2 <= im_w) & (y1 + hs / 2 <= im_h)
+        if thr > 0:
+            keep = _greedy_keep(_iou_matrix(boxes, not offset), keep, jnp.asarray(thr, dtype), eta)
+        if post > 0:
+            keep = keep & (jnp.cumsum(keep) <= post)
+        none = ~jnp.any(keep)
+        first = jnp.arange(k) == 0
+        keep = jnp.where(none, first, keep)
+        rows = jnp.concatenate([boxes, sc[:, None].astype(dtype)], axis=-1)
+        rows = jnp.where(none, jnp.zeros_like(rows), rows)
+        take = jnp.argsort(~keep, stable=True)[:capacity]
+        return rows[take], keep[take]
+
+    rows, selected = jax.vmap(one_image)(scores, deltas, im)
+    packed, counts = _pack_rows(rows, selected, capacity)
+    total = jnp.sum(counts)
+    out = {"RpnRois": ragged(packed[:, :4], total), "RpnRoiProbs": ragged(packed[:, 4:].astype(scores.dtype), total)}
+    if ctx.has_output("RpnRoisNum"):
+        out["RpnRoisNum"] = counts
+    return out

@@ -201,3 +201,33 @@ CASES += [
     Case("deformable_conv_v1", {"Input": rand(2, 3, 5, 5), "Offset": _offsets(2, 1, 9, 3, 3, 3),
                                 "Filter": rand(4, 3, 3, 3)}, {"dilations": [2, 2], "paddings": [1, 1], "im2col_step": 1}, **DEFORM),
 ]
+
+
+def _rpn_inputs(n, a, h, w, seed, stride=8.0):
+    rng = np.random.default_rng(seed)
+    scores = (rng.permutation(n * a * h * w).reshape(n, a, h, w) / (n * a * h * w)).astype("float32")
+    deltas = rng.uniform(-0.5, 0.5, (n, 4 * a, h, w)).astype("float32")
+    sizes = np.array([[12.0, 12.0], [20.0, 10.0], [8.0, 16.0]][:a], "float32")
+    cy, cx = np.meshgrid(np.arange(h) * stride + stride / 2, np.arange(w) * stride + stride / 2, indexing="ij")
+    centers = np.stack([cx, cy], -1)[:, :, None, :]                                         # [H, W, 1, 2]
+    anchors = np.concatenate([centers - sizes / 2, centers + sizes / 2], -1).astype("float32")  # [H, W, A, 4]
+    variances = np.broadcast_to(np.array([1.0, 1.0, 1.0, 1.0], "float32"), anchors.shape).copy()
+    im = np.array([[h * stride, w * stride]] * n, "float32")
+    return {"Scores": scores, "BboxDeltas": deltas, "ImShape": im, "Anchors": anchors, "Variances": variances}
+
+
+def _rpn_case(inputs, attrs, name):
+    from .extra_cases import _rows_match_paddle
+
+    return Case("generate_proposals_v2", inputs, attrs, outputs=("RpnRois", "RpnRoiProbs", "RpnRoisNum"), name=name,
+                rtol=1e-5, atol=1e-4, check=_rows_match_paddle())
+
+
+CASES += [
+    _rpn_case(_rpn_inputs(2, 3, 4, 5, 1), {"pre_nms_topN": 40, "post_nms_topN": 12, "nms_thresh": 0.5,
+                                           "min_size": 2.0}, ""),
+    _rpn_case(_rpn_inputs(1, 2, 3, 3, 2), {"pre_nms_topN": -1, "post_nms_topN": -1, "nms_thresh": 0.6, "eta": 0.8,
+                                           "min_size": 0.5, "pixel_offset": False}, "no_offset_eta"),
+    _rpn_case(_rpn_inputs(2, 1, 2, 2, 3), {"pre_nms_topN": 4, "post_nms_topN": 3, "nms_thresh": 0.5,
+                                           "min_size": 1000.0}, "none_left"),
+]
