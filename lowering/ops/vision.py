@@ -1,6 +1,7 @@
 """Vision ops beyond 2-D convolution: pixel_shuffle, conv3d/pool3d, resizing (linear, bicubic,
 trilinear; sizes from attributes or tensors), affine_grid/grid_sampler, and the detection ops
-(roi_align, box_coder, prior_box, yolo_box, multiclass_nms3, matrix_nms), deformable_conv(_v1).
+(roi_align, box_coder, prior_box, yolo_box, multiclass_nms3, matrix_nms, generate_proposals_v2,
+distribute_fpn_proposals), deformable_conv(_v1).
 
 Tensor-valued sizes (``OutSize``, ``SizeTensor``, ``Scale`` of the ``*_interp_v2`` ops) change the
 output's shape, and XLA compiles static shapes: their values must be known when the block is
@@ -1218,4 +1219,66 @@ def generate_proposals_v2(ctx):
     out = {"RpnRois": ragged(packed[:, :4], total), "RpnRoiProbs": ragged(packed[:, 4:].astype(scores.dtype), total)}
     if ctx.has_output("RpnRoisNum"):
         out["RpnRoisNum"] = counts
+    return out
+
+
+# -- detection: distribute_fpn_proposals -------------------------------------------------------------
+def _distribute_shape(ctx: InferShapeContext) -> None:
+    rois = ctx.input("FpnRois")
+    levels = ctx.attr("max_level") - ctx.attr("min_level") + 1
+    ctx.check(levels > 0, f"max_level {ctx.attr('max_level')} is below min_level {ctx.attr('min_level')}")
+    ctx.check(rois.ndim == 2 and rois.shape[1] in (4, -1), f"FpnRois must be [R, 4], got {rois.shape}")
+    names = ctx.op.outputs.get("MultiFpnRois", ())
+    ctx.check(len(names) == levels, f"{len(names)} MultiFpnRois outputs named for {levels} levels")
+    for i in range(levels):
+        ctx.set_output("MultiFpnRois", (-1, 4), rois.dtype, 0, index=i)
+    ctx.set_output("RestoreIndex", (rois.shape[0], 1), "int32", 0)
+    num = ctx.input("RoisNum")
+    for i in range(len(ctx.op.outputs.get("MultiLevelRoIsNum", ()))):
+        ctx.set_output("MultiLevelRoIsNum", (num.shape[0] if num is not None else 1,), "int32", 0, index=i)
+
+
+@op("distribute_fpn_proposals", inputs="FpnRois RoisNum?", outputs="MultiFpnRois* RestoreIndex MultiLevelRoIsNum*?",
+    attrs={"min_level": 2, "max_level": 5, "refer_level": 4, "refer_scale": 224, "pixel_offset": True},
+    infer_shape=_distribute_shape, grad=None)
+def distribute_fpn_proposals(ctx):
+    """Sends each ROI to an FPN level: floor(log2(sqrt(area) / refer_scale + 1e-8) + refer_level),
+    clamped to [min_level, max_level] (areas of pixel boxes count the +1). MultiFpnRois[l] holds
+    level l's ROIs in their original order (padded, with the count carried), RestoreIndex maps each
+    ROI to its row in the levels' concatenation, MultiLevelRoIsNum[l] counts level l's ROIs per
+    image (RoisNum [N] gives each image's ROI count; without it all ROIs are one image's)."""
+    from .extra import ragged
+
+    rois = ctx.input("FpnRois")
+    r = rois.shape[0]
+    lo, hi = int(ctx.attr("min_level")), int(ctx.attr("max_level"))
+    plus = 1.0 if ctx.attr("pixel_offset") else 0.0
+    w, h = rois[:, 2] - rois[:, 0], rois[:, 3] - rois[:, 1]
+    area = jnp.where((w < 0) | (h < 0), 0, (w + plus) * (h + plus))
+    scale = jnp.sqrt(area)
+    level = jnp.floor(jnp.log2(scale / jnp.asarray(ctx.attr("refer_scale"), rois.dtype) + 1e-8) + ctx.attr("refer_level"))
+    level = jnp.clip(level, lo, hi).astype(jnp.int32) - lo
+    num = ctx.input("RoisNum")
+    if num is not None:
+        ends = jnp.cumsum(num.astype(jnp.int32))
+        image = jnp.searchsorted(ends, jnp.arange(r, dtype=jnp.int32), side="right")
+        images = num.shape[0]
+    else:
+        image, images = jnp.zeros((r,), jnp.int32), 1
+    outs, nums, counts = [], [], []
+    restore = jnp.zeros((r,), jnp.int32)
+    before = jnp.zeros((), jnp.int32)
+    for l in range(hi - lo + 1):
+        member = level == l
+        pos = jnp.cumsum(member) - 1
+        dest = jnp.where(member, pos, r)
+        packed = jnp.zeros((max(r, 1), 4), rois.dtype).at[dest].set(rois, mode="drop")
+        count = jnp.sum(member).astype(jnp.int32)
+        outs.append(ragged(packed, count))
+        nums.append(jnp.zeros((images,), jnp.int32).at[image].add(member.astype(jnp.int32)))
+        restore = jnp.where(member, before + pos.astype(jnp.int32), restore)
+        before = before + count
+    out = {"MultiFpnRois": outs, "RestoreIndex": restore.reshape(r, 1)}
+    if ctx.has_output("MultiLevelRoIsNum"):
+        out["MultiLevelRoIsNum"] = nums
     return out

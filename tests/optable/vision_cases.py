@@ -231,3 +231,28 @@ CASES += [
     _rpn_case(_rpn_inputs(2, 1, 2, 2, 3), {"pre_nms_topN": 4, "post_nms_topN": 3, "nms_thresh": 0.5,
                                            "min_size": 1000.0}, "none_left"),
 ]
+
+
+def _fpn_rois(n, seed):
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 300, (n, 2))
+    size = np.exp(rng.uniform(np.log(8), np.log(600), (n, 2)))
+    return np.concatenate([xy, xy + size], 1).astype("float32")
+
+
+def _fpn_case(inputs, attrs, name, levels):
+    from .extra_cases import _rows_match_paddle
+
+    counts = {"MultiFpnRois": levels, "MultiLevelRoIsNum": levels}
+    return Case("distribute_fpn_proposals", inputs, attrs,
+                outputs=("MultiFpnRois", "RestoreIndex", "MultiLevelRoIsNum"), output_counts=counts, name=name,
+                check=_rows_match_paddle())
+
+
+CASES += [
+    _fpn_case({"FpnRois": _fpn_rois(12, 1), "RoisNum": np.array([5, 7], "int32")},
+              {"min_level": 2, "max_level": 5, "refer_level": 4, "refer_scale": 224}, "", 4),
+    _fpn_case({"FpnRois": _fpn_rois(9, 2), "RoisNum": np.array([9], "int32")},
+              {"min_level": 3, "max_level": 5, "refer_level": 4, "refer_scale": 112, "pixel_offset": False},
+              "no_offset", 3),
+]
