@@ -22,6 +22,7 @@ from ..ir import dtypes, registry, shape
 from ..ir.errors import OpRuntimeError, ProgramFormatError, ShapeError
 from ..ir.program import EMPTY_VAR_NAME
 from .checks import StepChecks
+from .out_grads import OUT_GRADS
 from .lod_value import LoDValue
 from .context import ComputeContext, make_key
 
@@ -203,6 +204,8 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
     more than a hand-written backward (``tests/test_backward.py`` counts the dots).
     """
     fwd = registry.get(ctx.opdef.forward_type)
+    if fwd.type in OUT_GRADS and not ctx.op.inputs.get("X") and ctx.op.inputs.get("Out"):
+        return _grad_from_out(ctx, fwd)                 # a grad op Paddle wrote: Out, not X
     primal = {s.name: ctx.inputs(s.name) for s in fwd.inputs}
     # LoD inputs (of LoD-aware ops): differentiate with respect to their rows, offsets fixed.
     lods = {(s, i): v for s, vs in primal.items() for i, v in enumerate(vs) if v.__class__ is LoDValue}
@@ -253,6 +256,21 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
             g = LoDValue(g, lods[(slot, i)].offsets)
         result.setdefault(slot + GRAD_SUFFIX, [None] * len(primal[slot]))[i] = g
     return result
+
+
+def _grad_from_out(ctx: ComputeContext, fwd) -> dict[str, list]:
+    out, g = ctx.inputs("Out")[0], ctx.inputs("Out" + GRAD_SUFFIX)[0]
+    lod = out if out.__class__ is LoDValue else None
+    out = out.data if lod is not None else out
+    g = g.data if g.__class__ is LoDValue else g
+    g = jnp.asarray(g, out.dtype).reshape(out.shape)
+
+    def attr(name, default):
+        value = ctx.attr(name) if name in ctx.op.attrs or name in fwd.attrs else None
+        return default if value is None else value
+
+    x_grad = OUT_GRADS[fwd.type](out, g, attr)
+    return {"X" + GRAD_SUFFIX: [LoDValue(x_grad, lod.offsets) if lod is not None else x_grad]}
 
 
 def _fit_rows(g, rows: int):
