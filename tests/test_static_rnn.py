@@ -268,3 +268,29 @@ def test_static_rnn_misuse_is_a_clear_error():
                 other.update_memory(prev, layer.fc(word, 5))
         with pytest.raises(ValueError, match="new memories"):
             layer.rnn(step_net=lambda w, m: (w, []), inputs=[x], memories=[dict(shape=[-1, 3], batch_ref=x)])
+
+
+def test_static_rnn_step_runs_its_scan_once_and_recomputation_agrees(monkeypatch):
+    """recurrent_grad reuses the forward's residuals (step_scopes): one forward and one backward
+    loop in the compiled step; with recomputation (no residuals at hand) the same gradients."""
+    import re
+
+    import fluidjax.lowering.ops.recurrent as recurrent_module
+
+    main, startup, out, counts, loss = _fluidjax_static_rnn()
+    with fj.program_guard(main, startup):
+        fj.append_backward(loss)
+    scope, exe = fj.Scope(), fj.Executor()
+    exe.run(startup, scope=scope)
+    feed = _feed(np.random.default_rng(7))
+    fetch = [loss.name, "x@GRAD", "h0@GRAD", "w_outer@GRAD", "fc_0.w_0@GRAD"]
+    hlo = exe.lower(main, feed, fetch, scope).compile().as_text()
+    assert len(re.findall(r"\bwhile\(", hlo)) == 2
+    saved = exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
+    monkeypatch.setattr(recurrent_module, "_grad_op_of", lambda op: None)
+    main2, startup2, _, _, loss2 = _fluidjax_static_rnn()
+    with fj.program_guard(main2, startup2):
+        fj.append_backward(loss2)
+    recomputed = fj.Executor().run(main2, feed=feed, fetch_list=fetch, scope=scope)
+    for name, a, b in zip(fetch, saved, recomputed):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)
