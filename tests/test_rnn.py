@@ -302,3 +302,38 @@ def test_gradient_without_saved_residuals_is_the_same(monkeypatch):
     recomputed = fj.Executor().run(main2, feed=feed, fetch_list=fetch, scope=scope)
     for name, a, b in zip(fetch, saved, recomputed):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_bidirectional_lstm_classifier_trains_like_paddle():
+    """paddle.nn.LSTM (2 layers, bidirectional) classifier, Paddle's forward program: 10 Adam steps
+    here (parsed, fj.append_backward via minimize) and in Paddle (its own backward and Adam) from
+    the same parameters on the same batches: the same losses."""
+    forward, main, startup, out, loss = _paddle_classifier(paddle.nn.LSTM, False, num_layers=2,
+                                                           direction="bidirect")
+    params = _paddle_params(startup, main)
+    rng = np.random.default_rng(8)
+    batches = [_feed(rng, False) for _ in range(10)]
+
+    prog = fj.Program.parse(forward)
+    startup_here = fj.Program()
+    with fj.program_guard(prog, startup_here):
+        fj.optimizer.Adam(learning_rate=0.01).minimize(prog.global_block().var(loss.name))
+    scope, exe = fj.Scope(), fj.Executor()
+    exe.run(startup_here, scope=scope)
+    for name, value in params.items():
+        scope.var(name).get_mutable(fj.LoDTensor).set(value)
+    ours = [float(exe.run(prog, feed=b, fetch_list=[loss.name], scope=scope)[0]) for b in batches]
+
+    paddle_main = paddle.static.Program.parse_from_string(forward)
+    paddle_startup = paddle.static.Program()
+    with paddle.static.program_guard(paddle_main, paddle_startup):
+        paddle.optimizer.Adam(learning_rate=0.01).minimize(paddle_main.global_block().var(loss.name))
+    pscope, place = paddle.static.Scope(), paddle.CPUPlace()
+    pexe = paddle.static.Executor(place)
+    with paddle.static.scope_guard(pscope):
+        pexe.run(paddle_startup)
+        for name, value in params.items():
+            pscope.var(name).get_tensor().set(value, place)
+        theirs = [float(pexe.run(paddle_main, feed=b, fetch_list=[loss.name])[0]) for b in batches]
+    assert ours[-1] < ours[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4)
