@@ -31,7 +31,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from ...ir.errors import OpRuntimeError
-from ...ir.registry import op
+from ...ir.program import EMPTY_VAR_NAME
+from ...ir.registry import grad_var_name, op
 from ...ir.shape import InferShapeContext, grad_rule
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
@@ -220,9 +221,32 @@ def grad_op_of(op, grad_type: str, slot: str):
     return None
 
 
+def _rnn_grad_maker(op, out_grads, in_grads):
+    """``rnn_grad``, after a ``fill_any_like`` of zeros for each output without a gradient, as
+    Paddle's backward writes it: Paddle's rnn_grad kernel crashes on an empty State@GRAD, so a
+    fluidjax training program whose loss ignores the final states must still give it one."""
+    specs, grads = [], {}
+    for slot in ("Out", "State"):
+        names = []
+        for name, grad in zip(op.output(slot), out_grads.get(slot, [])):
+            if grad == EMPTY_VAR_NAME:
+                var = op.block.var(name)
+                grad = grad_var_name(name)
+                op.block.create_var(grad, var.shape, var.dtype, var.lod_level)
+                specs.append(("fill_any_like", {"X": [name]}, {"Out": [grad]}, {"value": 0.0, "dtype": -1}))
+            names.append(grad)
+        grads[slot] = names
+    inputs = {slot: list(op.input(slot)) for slot in ("Input", "PreState", "WeightList", "SequenceLength")}
+    inputs.update({slot: list(op.output(slot)) for slot in ("Out", "DropoutState", "Reserve")})
+    inputs.update({"Out@GRAD": grads["Out"], "State@GRAD": grads["State"]})
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_callstack", "op_role")}
+    specs.append(("rnn_grad", inputs, {slot + "@GRAD": names for slot, names in in_grads.items()}, attrs))
+    return specs
+
+
 @op("rnn", inputs="Input PreState* WeightList* SequenceLength?", outputs="Out DropoutState Reserve State*",
     attrs=_ATTRS, infer_shape=_rnn_shape, no_grad_inputs=["SequenceLength"],
-    no_grad_outputs=["DropoutState", "Reserve"], random=True, grad="custom")
+    no_grad_outputs=["DropoutState", "Reserve"], random=True, grad_maker=_rnn_grad_maker)
 def rnn(ctx):
     """A stack of LSTM / GRU / simple RNN layers over a time-major batch (see the module docstring).
 
