@@ -374,3 +374,73 @@ CASES += [
     Case("linspace", {"Start": np.array([0.0], "float32"), "Stop": np.array([9.0], "float32"),
                       "Num": np.array([4], "int32")}, {"dtype": 3}, name="int64", check=_declared_length(4)),
 ]
+
+
+# -- Fluid 1.x ops (lowering/ops/legacy.py) ---------------------------------------------------------
+def _lrn_ref(inputs, attrs):
+    x, n = inputs["X"], attrs["n"]
+    sq = np.pad(x * x, [(0, 0), ((n - 1) // 2, n - 1 - (n - 1) // 2), (0, 0), (0, 0)])
+    mid = attrs["k"] + attrs["alpha"] * sum(sq[:, i:i + x.shape[1]] for i in range(n))
+    return {"Out": x * mid ** -attrs["beta"], "MidOut": mid}
+
+
+def _pad2d_ref(inputs, attrs):
+    top, bottom, left, right = attrs["paddings"]
+    hw = [(top, bottom), (left, right)]
+    widths = [(0, 0)] + hw + [(0, 0)] if attrs.get("data_format") == "NHWC" else [(0, 0), (0, 0)] + hw
+    mode = attrs.get("mode", "constant")
+    if mode == "constant":
+        return {"Out": np.pad(inputs["X"], widths, constant_values=attrs.get("pad_value", 0.0))}
+    return {"Out": np.pad(inputs["X"], widths, mode=mode)}
+
+
+CASES += [
+    Case("reshape", {"X": rand(2, 3, 4)}, {"shape": [0, -1]}),
+    Case("reshape", {"X": rand(2, 6, dtype="float64")}, {"shape": [-1, 3, 2]}, name="f64"),
+    Case("transpose", {"X": rand(2, 3, 4)}, {"axis": [2, 0, 1]}),
+    Case("transpose", {"X": rand(2, 3, 4, dtype="float64")}, {"axis": [1, 0, 2]}, name="f64"),
+    Case("flatten2", {"X": rand(2, 3, 4, 2)}, {"axis": 2}, outputs=("Out",)),
+    Case("flatten2", {"X": rand(2, 3, 4, dtype="float64")}, {"axis": 1}, name="f64"),
+    # Paddle's expand_grad needs an expand_times_tensor input: the attribute form's gradient is
+    # checked by finite differences on a NumPy-checked float64 row.
+    Case("expand", {"X": rand(2, 1, 3)}, {"expand_times": [1, 3, 2]}, grad=()),
+    Case("expand", {"X": rand(2, 3, dtype="float64")}, {"expand_times": [2, 1]}, name="f64", paddle=False,
+         oracle=lambda inputs, attrs: {"Out": np.tile(inputs["X"], attrs["expand_times"])}),
+    # Paddle 2.6.2 keeps pad2d's OpProto but no kernel: NumPy is the oracle.
+    Case("pad2d", {"X": rand(2, 3, 4, 5)}, {"paddings": [1, 0, 2, 1], "pad_value": 0.5}, paddle=False,
+         oracle=_pad2d_ref),
+    Case("pad2d", {"X": rand(2, 3, 4, 5, dtype="float64")}, {"paddings": [2, 1, 1, 3], "mode": "reflect"},
+         name="reflect_f64", paddle=False, oracle=_pad2d_ref),
+    Case("pad2d", {"X": rand(2, 4, 5, 3)}, {"paddings": [1, 2, 0, 1], "mode": "edge", "data_format": "NHWC"},
+         name="edge_nhwc", paddle=False, oracle=_pad2d_ref),
+    Case("fill_zeros_like", {"X": rand(2, 3)}),
+    Case("affine_channel", {"X": rand(2, 3, 4, 2), "Scale": rand(3), "Bias": rand(3)}, {"data_layout": "NCHW"},
+         batch_dims=("X",)),
+    Case("affine_channel", {"X": rand(2, 4, 2, 3, dtype="float64"), "Scale": rand(3, dtype="float64"),
+                            "Bias": rand(3, dtype="float64")}, {"data_layout": "NHWC"}, batch_dims=("X",),
+         name="nhwc_f64"),
+    Case("lrn", {"X": rand(2, 7, 3, 3)}, {"n": 5, "k": 1.0, "alpha": 0.1, "beta": 0.75}, outputs=("Out", "MidOut")),
+    # Paddle's lrn kernel is float32 only: the float64 row (finite differences) uses NumPy.
+    Case("lrn", {"X": rand(2, 4, 2, 3, dtype="float64")}, {"n": 3, "k": 2.0, "alpha": 0.2, "beta": 0.5},
+         outputs=("Out", "MidOut"), no_grad_outputs=("MidOut",), name="f64", paddle=False, oracle=_lrn_ref),
+    Case("norm", {"X": away_from_zero(2, 3, 4)}, {"axis": 1, "epsilon": 1e-10}, outputs=("Out", "Norm")),
+    Case("norm", {"X": away_from_zero(3, 4, dtype="float64")}, {"axis": -1, "epsilon": 1e-6}, name="f64"),
+    Case("label_smooth", {"X": rand(3, 5, low=0, high=1)}, {"epsilon": 0.1}),
+    Case("label_smooth", {"X": rand(3, 4, low=0, high=1, dtype="float64"),
+                          "PriorDist": np.array([[0.1, 0.2, 0.3, 0.4]], "float64")}, {"epsilon": 0.2},
+         batch_dims=("X",), name="prior_f64"),
+    # Paddle's shuffle_channel_grad disagrees with the exact gradient of its own forward (which
+    # ours matches) for group 2 of 6 channels: it is not compared; finite differences check ours
+    # on the NumPy-checked float64 row.
+    Case("shuffle_channel", {"X": rand(2, 6, 2, 3)}, {"group": 2}, grad=()),
+    Case("shuffle_channel", {"X": rand(2, 6, 2, 2, dtype="float64")}, {"group": 3}, name="f64", paddle=False,
+         oracle=lambda inputs, attrs: {"Out": inputs["X"].reshape(2, 3, 2, 2, 2).swapaxes(1, 2).reshape(2, 6, 2, 2)}),
+    Case("nearest_interp", {"X": rand(2, 3, 4, 5)}, {"out_h": 7, "out_w": 3, "interp_method": "nearest"}),
+    Case("nearest_interp", {"X": rand(2, 3, 4, 5)}, {"scale": 1.5, "interp_method": "nearest",
+                                                     "align_corners": False}, name="scale"),
+    Case("bilinear_interp", {"X": rand(2, 3, 4, 5)}, {"out_h": 6, "out_w": 8}, rtol=1e-5, atol=1e-5),
+    Case("bilinear_interp", {"X": rand(2, 2, 4, 5, dtype="float64")},
+         {"scale": 1.7, "align_corners": False, "align_mode": 0}, name="scale_half_pixel_f64"),
+    Case("bilinear_interp", {"X": rand(1, 3, 5, 4)}, {"out_h": 3, "out_w": 6, "align_corners": False,
+                                                      "align_mode": 1}, name="align1", rtol=1e-5, atol=1e-5),
+]
