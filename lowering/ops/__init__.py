@@ -4,3 +4,4 @@ from . import (activation, control_flow, conv, crf, extra, logic, loss, manipula
                norm, optimizer, random, recurrent, recurrent_lod, reduce, rnn, sequence, sequence_layout,
                sequence_window, tensor, vision)
 from . import extra_nn  # noqa: F401,E402
+from . import legacy  # noqa: F401,E402
