@@ -1,7 +1,6 @@
 """Ops of ``paddle.nn`` layers beyond the core families: channel_shuffle, pixel_unshuffle,
-maxout, max pooling with indices (``return_mask`` / AdaptiveMaxPool), unfold/fold, crop_tensor, rrelu
-(inference),
-depthwise_conv2d_transpose and conv3d_transpose.
+maxout, max pooling with indices (``return_mask`` / AdaptiveMaxPool), unfold/fold, crop_tensor,
+rrelu (inference), depthwise_conv2d_transpose and conv3d_transpose.
 
 Each follows its Paddle 2.6.2 kernel; gradients are the vjp of the JAX rule.
 """
