@@ -295,3 +295,66 @@ def test_static_rnn_step_runs_its_scan_once_and_recomputation_agrees(monkeypatch
     recomputed = fj.Executor().run(main2, feed=feed, fetch_list=fetch, scope=scope)
     for name, a, b in zip(fetch, saved, recomputed):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+_V = 7          # classes of the language model's next-token softmax
+
+
+def _language_model(kind: str):
+    """A one-layer LSTM language model, x [T, B, I] -> LSTM(H) -> fc softmax over _V classes ->
+    cross entropy against the next tokens, SGD: through StaticRNN (the cell written with two fc,
+    so that it has b_ih and b_hh like the fused op) or through the fused rnn op."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        block = main.global_block()
+        x = block.create_var("x", (_T, -1, _I), "float32")
+        label = block.create_var("label", (-1, 1), "int64")
+        if kind == "static_rnn":
+            rnn = layer.StaticRNN()
+            with rnn.step():
+                word = rnn.step_input(x)
+                h_prev = rnn.memory(shape=[-1, _H], batch_ref=word)
+                c_prev = rnn.memory(shape=[-1, _H], batch_ref=word)
+                gates = layer.fc(word, 4 * _H) + layer.fc(h_prev, 4 * _H)
+                i, f, g, o = layer.split(gates, 4, dim=1)
+                c = layer.sigmoid(f) * c_prev + layer.sigmoid(i) * layer.tanh(g)
+                h = layer.sigmoid(o) * layer.tanh(c)
+                rnn.update_memory(h_prev, h)
+                rnn.update_memory(c_prev, c)
+                rnn.step_output(h)
+            hidden = rnn()
+        else:
+            hidden, _, _ = layer.lstm(x, None, None, _T, _H)
+        probs = layer.fc(layer.reshape(hidden, [-1, _H]), _V, activation="softmax")
+        loss = layer.mean(layer.cross_entropy(probs, label))
+        fj.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    return main, startup, loss
+
+
+def test_static_rnn_language_model_trains_like_the_fused_lstm():
+    """10 SGD steps of the same LSTM language model written with StaticRNN and with the fused rnn
+    op, from the same parameters: the same losses (and the fused op's model trains like Paddle's:
+    tests/test_rnn.py). Paddle 2.6 itself cannot train the StaticRNN form (its backward drops the
+    memory path, see docs/recurrent.md)."""
+    rng = np.random.default_rng(9)
+    batches = [{"x": rng.uniform(-1, 1, (_T, _B, _I)).astype("float32"),
+                "label": rng.integers(0, _V, (_T * _B, 1)).astype("int64")} for _ in range(10)]
+    fused_main, fused_startup, fused_loss = _language_model("fused")
+    static_main, static_startup, static_loss = _language_model("static_rnn")
+    fused_scope, static_scope, exe = fj.Scope(), fj.Scope(), fj.Executor()
+    exe.run(fused_startup, scope=fused_scope)
+    exe.run(static_startup, scope=static_scope)
+    rnn_op = next(op for op in fused_main.global_block().ops if op.type == "rnn")
+    w_ih, w_hh, b_ih, b_hh = [np.asarray(fused_scope.find_var(n).get_tensor()) for n in rnn_op.input("WeightList")]
+    static_params = [p.name for p in static_main.all_parameters()]   # fc(word): w, b; fc(h): w, b; head
+    head = [p.name for p in fused_main.all_parameters()][-2:]
+    values = {static_params[0]: w_ih.T.copy(), static_params[1]: b_ih, static_params[2]: w_hh.T.copy(),
+              static_params[3]: b_hh}
+    for ours, theirs in zip(static_params[4:], head):
+        values[ours] = np.asarray(fused_scope.find_var(theirs).get_tensor())
+    for name, value in values.items():
+        static_scope.var(name).get_mutable(fj.LoDTensor).set(value)
+    fused = [float(exe.run(fused_main, feed=b, fetch_list=[fused_loss], scope=fused_scope)[0]) for b in batches]
+    static = [float(exe.run(static_main, feed=b, fetch_list=[static_loss], scope=static_scope)[0]) for b in batches]
+    assert fused[-1] < fused[0]
+    np.testing.assert_allclose(static, fused, rtol=1e-4)
