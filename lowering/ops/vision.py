@@ -1,7 +1,7 @@
 """Vision ops beyond 2-D convolution: pixel_shuffle, conv3d/pool3d, resizing (linear, bicubic,
 trilinear; sizes from attributes or tensors), affine_grid/grid_sampler, and the detection ops
-(roi_align, box_coder, prior_box, yolo_box, multiclass_nms3, matrix_nms, generate_proposals_v2,
-distribute_fpn_proposals), deformable_conv(_v1).
+(roi_align, roi_pool, box_coder, prior_box, yolo_box, multiclass_nms3, matrix_nms,
+generate_proposals_v2, distribute_fpn_proposals), deformable_conv(_v1).
 
 Tensor-valued sizes (``OutSize``, ``SizeTensor``, ``Scale`` of the ``*_interp_v2`` ops) change the
 output's shape, and XLA compiles static shapes: their values must be known when the block is
@@ -1282,3 +1282,66 @@ def distribute_fpn_proposals(ctx):
     if ctx.has_output("MultiLevelRoIsNum"):
         out["MultiLevelRoIsNum"] = nums
     return out
+
+
+# -- detection: roi_pool -----------------------------------------------------------------------------
+def _roi_pool_shape(ctx: InferShapeContext) -> None:
+    x, rois = ctx.input("X"), ctx.input("ROIs")
+    ctx.check(x.ndim == 4, f"X must be 4-D [N, C, H, W], got {x.shape}")
+    ctx.check(rois.ndim == 2 and rois.shape[1] in (4, -1), f"ROIs must be [R, 4], got {rois.shape}")
+    ph, pw = ctx.attr("pooled_height"), ctx.attr("pooled_width")
+    ctx.check(ph > 0 and pw > 0, f"pooled_height and pooled_width must be positive, got {ph} × {pw}")
+    ctx.set_output("Out", (rois.shape[0], x.shape[1], ph, pw), x.dtype, 0)
+    ctx.set_output("Argmax", (rois.shape[0], x.shape[1], ph, pw), "int64", 0)
+
+
+def _roi_bins(start, length, pooled: int, size: int):
+    """[R, pooled] start/end (clipped to [0, size]) of each bin along one axis, Paddle's rounding."""
+    bin_size = length.astype(jnp.float32) / pooled
+    p = jnp.arange(pooled, dtype=jnp.float32)
+    lo = jnp.floor(p[None] * bin_size[:, None]).astype(jnp.int32) + start[:, None]
+    hi = jnp.ceil((p[None] + 1) * bin_size[:, None]).astype(jnp.int32) + start[:, None]
+    return jnp.clip(lo, 0, size), jnp.clip(hi, 0, size)
+
+
+@op("roi_pool", inputs="X ROIs RoisNum?", outputs="Out Argmax",
+    attrs={"pooled_height": 1, "pooled_width": 1, "spatial_scale": 1.0}, infer_shape=_roi_pool_shape,
+    no_grad_inputs=["ROIs", "RoisNum"], no_grad_outputs=["Argmax"])
+def roi_pool(ctx):
+    """RoIPool: each ROI (corners × ``spatial_scale``, rounded) is cut into pooled_height ×
+    pooled_width bins, each the max of its pixels (0 for an empty bin); Argmax holds the
+    position h·W + w of that max in the image (the first in row-major order; -1 when empty), and
+    the gradient goes to it alone."""
+    x, rois = ctx.input("X"), ctx.input("ROIs")
+    n, c, h, w = x.shape
+    ph, pw = int(ctx.attr("pooled_height")), int(ctx.attr("pooled_width"))
+    scaled = lax.round(rois * jnp.asarray(ctx.attr("spatial_scale"), rois.dtype),
+                       lax.RoundingMethod.AWAY_FROM_ZERO).astype(jnp.int32)
+    x1, y1, x2, y2 = scaled[:, 0], scaled[:, 1], scaled[:, 2], scaled[:, 3]
+    hs, he = _roi_bins(y1, jnp.maximum(y2 - y1 + 1, 1), ph, h)           # [R, ph]
+    ws, we = _roi_bins(x1, jnp.maximum(x2 - x1 + 1, 1), pw, w)           # [R, pw]
+    images = x[_roi_batch_index(ctx, rois.shape[0], n)]                 # [R, C, H, W]
+    neg = jnp.asarray(-jnp.inf, x.dtype)
+    cols = jnp.arange(w)
+    rows = jnp.arange(h)
+    # Per width bin: each row's best column (first max) and its value.
+    row_best, row_arg = [], []
+    for j in range(pw):
+        inside = (cols[None] >= ws[:, j:j + 1]) & (cols[None] < we[:, j:j + 1])            # [R, W]
+        masked = jnp.where(inside[:, None, None, :], images, neg)                          # [R, C, H, W]
+        arg = jnp.argmax(masked, axis=3)                                                    # [R, C, H]
+        row_arg.append(arg)
+        row_best.append(jnp.take_along_axis(masked, arg[..., None], axis=3)[..., 0])
+    row_best, row_arg = jnp.stack(row_best, -1), jnp.stack(row_arg, -1)                      # [R, C, H, pw]
+    outs, args = [], []
+    for i in range(ph):
+        inside = (rows[None] >= hs[:, i:i + 1]) & (rows[None] < he[:, i:i + 1])             # [R, H]
+        masked = jnp.where(inside[:, None, :, None], row_best, neg)                         # [R, C, H, pw]
+        arg_h = jnp.argmax(masked, axis=2)                                                  # [R, C, pw]
+        outs.append(jnp.take_along_axis(masked, arg_h[:, :, None], axis=2)[:, :, 0])
+        arg_w = jnp.take_along_axis(row_arg, arg_h[:, :, None], axis=2)[:, :, 0]
+        args.append(arg_h * w + arg_w)
+    out, arg = jnp.stack(outs, 2), jnp.stack(args, 2)                                       # [R, C, ph, pw]
+    empty = ((he <= hs)[:, :, None] | (we <= ws)[:, None, :])[:, None]                      # [R, 1, ph, pw]
+    return {"Out": jnp.where(empty, jnp.zeros((), x.dtype), out),
+            "Argmax": jnp.where(empty, -1, arg).astype(jnp.int64)}

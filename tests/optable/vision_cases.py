@@ -256,3 +256,13 @@ CASES += [
               {"min_level": 3, "max_level": 5, "refer_level": 4, "refer_scale": 112, "pixel_offset": False},
               "no_offset", 3),
 ]
+
+CASES += [
+    Case("roi_pool", {"X": _distinct(2, 3, 6, 8), "ROIs": _rois(5, 12, 16, 4), "RoisNum": np.array([2, 3], "int32")},
+         {"pooled_height": 2, "pooled_width": 3, "spatial_scale": 0.5}, outputs=("Out", "Argmax"), grad=("X",),
+         batch_dims=("X",)),
+    Case("roi_pool", {"X": _distinct(1, 2, 5, 6).astype("float64"), "ROIs": _rois(3, 5, 6, 5).astype("float64"),
+                      "RoisNum": np.array([3], "int32")},
+         {"pooled_height": 3, "pooled_width": 2, "spatial_scale": 1.0}, outputs=("Out", "Argmax"), grad=("X",),
+         batch_dims=("X",), name="f64"),
+]
