@@ -359,3 +359,28 @@ def test_static_rnn_language_model_trains_like_the_fused_lstm():
     static = [float(exe.run(static_main, feed=b, fetch_list=[static_loss], scope=static_scope)[0]) for b in batches]
     assert fused[-1] < fused[0]
     np.testing.assert_allclose(static, fused, rtol=1e-4)
+
+
+def test_malformed_recurrent_ops_are_clear_errors():
+    """A parsed recurrent op whose states do not pair with its ex_states, or whose state changes
+    shape across a step, fails with an error naming the op / the state, not deep inside JAX."""
+    from fluidjax.ir.errors import FluidJaxError
+
+    main, startup, out, counts, loss = _fluidjax_static_rnn()
+    data = main.serialize()
+    feed = _feed(np.random.default_rng(10))
+    scope, exe = fj.Scope(), fj.Executor()
+    exe.run(startup, scope=scope)
+
+    unpaired = fj.Program.parse(data)
+    rec = next(op for op in unpaired.global_block().ops if op.type == "recurrent")
+    rec.attrs["states"] = list(rec.attrs["states"])[:1]
+    with pytest.raises(FluidJaxError, match="pair"):
+        exe.run(unpaired, feed=feed, fetch_list=[out.name], scope=scope)
+
+    reshaped = fj.Program.parse(data)
+    rec = next(op for op in reshaped.global_block().ops if op.type == "recurrent")
+    # The first state (h) is fed the step input's slice instead: [B, I], not [B, H].
+    rec.attrs["states"] = ["x"] + list(rec.attrs["states"])[1:]
+    with pytest.raises(ShapeError, match="state 'x'"):
+        exe.run(reshaped, feed=feed, fetch_list=[out.name], scope=scope)
