@@ -21,10 +21,14 @@ def _python_blocks() -> dict[str, str]:
     return blocks
 
 
-@pytest.mark.parametrize("section", ["Variable-length data (LoD)"])
-def test_readme_block_runs_after_the_example(section):
+@pytest.mark.parametrize("section, results, shapes", [
+    ("Variable-length data (LoD)", "p, v", "(2, 10) (2, 10)"),
+    ("Recurrent nets", "h, o", "(20, 4, 32) (20, 4, 64)"),          # the shapes its comment gives
+])
+def test_readme_block_runs_after_the_example(section, results, shapes):
     blocks = _python_blocks()
-    code = blocks["Example"] + "\n" + blocks[section] + "\nprint('SHAPES', p.shape, v.shape)\n"
+    first, second = results.split(", ")
+    code = blocks["Example"] + "\n" + blocks[section] + f"\nprint('SHAPES', {first}.shape, {second}.shape)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "SHAPES (2, 10) (2, 10)" in result.stdout
+    assert f"SHAPES {shapes}" in result.stdout
