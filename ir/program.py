@@ -582,29 +582,60 @@ class Program:
         return f"<fluidjax.Program #{self._uid}: {len(self.blocks)} block(s), {n_vars} vars, {n_ops} ops>"
 
     def _repr_html_(self) -> str:
-        esc = html.escape
-        parts = []
+        """Block 0's variables and ops as tables; a sub-block appears inside the row of the op that
+        owns it (a ``while``'s body under the ``while``), folded; blocks no op owns follow."""
+        shown: set[int] = set()
+        parts = [self._block_html(self.blocks[0], shown)] if self.blocks else []
         for block in self.blocks:
-            parts.append(f"<h4>Block {block.idx}</h4><table><tr><th>variable</th><th>shape</th>"
-                         "<th>dtype</th><th>lod_level</th><th>kind</th></tr>")
-            for var in block.vars.values():
-                kind = "parameter" if var.is_parameter else "data" if var.is_data else (
-                    "persistable" if var.persistable else "")
-                parts.append(f"<tr><td>{esc(var.name)}</td><td>{esc(str(var.shape))}</td>"
-                             f"<td>{esc(str(var.dtype))}</td><td>{var.lod_level}</td><td>{kind}</td></tr>")
-            parts.append("</table><table><tr><th>#</th><th>op</th><th>inputs</th><th>outputs</th>"
-                         "<th>attributes</th></tr>")
-            for i, op in enumerate(block.ops):
-                ins = "<br>".join(f"{esc(k)}: {esc(', '.join(v))}" for k, v in op.inputs.items() if v)
-                outs = "<br>".join(f"{esc(k)}: {esc(', '.join(v))}" for k, v in op.outputs.items() if v)
-                attrs = "<br>".join(f"{esc(k)}={esc(_short(v))}" for k, v in op.attrs.items()
-                                    if k not in _HIDDEN_ATTRS)
-                parts.append(f"<tr><td>{i}</td><td><b>{esc(op.type)}</b></td><td>{ins}</td>"
-                             f"<td>{outs}</td><td>{attrs}</td></tr>")
-            parts.append("</table>")
+            if block.idx not in shown:
+                parts.append(f"<h4>Block {block.idx} (parent {block.parent_idx}; no op runs it)</h4>"
+                             + self._block_html(block, shown))
         from ..viz.notebook import with_graph  # display only: the IR does not need it otherwise
 
-        return with_graph(self, "".join(parts))
+        return with_graph(self, "<h4>Block 0</h4>" + "".join(parts) if self.blocks else "")
+
+    def _block_html(self, block: "Block", shown: set) -> str:
+        esc = html.escape
+        shown.add(block.idx)
+        parts = ["<table><tr><th>variable</th><th>shape</th><th>dtype</th><th>lod_level</th><th>kind</th></tr>"]
+        for var in block.vars.values():
+            kind = "parameter" if var.is_parameter else "data" if var.is_data else (
+                "persistable" if var.persistable else "")
+            parts.append(f"<tr><td>{esc(var.name)}</td><td>{esc(str(var.shape))}</td>"
+                         f"<td>{esc(str(var.dtype))}</td><td>{var.lod_level}</td><td>{kind}</td></tr>")
+        parts.append("</table><table><tr><th>#</th><th>op</th><th>inputs</th><th>outputs</th>"
+                     "<th>attributes</th></tr>")
+        for i, op in enumerate(block.ops):
+            ins = "<br>".join(f"{esc(k)}: {esc(', '.join(v))}" for k, v in op.inputs.items() if v)
+            outs = "<br>".join(f"{esc(k)}: {esc(', '.join(v))}" for k, v in op.outputs.items() if v)
+            attrs = "<br>".join(f"{esc(k)}={esc(_short(v))}" for k, v in op.attrs.items()
+                                if k not in _HIDDEN_ATTRS)
+            nested = ""
+            for idx in _sub_block_indices(op):
+                if 0 <= idx < len(self.blocks) and idx not in shown:      # each block once (no cycles)
+                    child = self.blocks[idx]
+                    nested += (f"<details style='margin-left:1.5em'><summary>Block {idx} "
+                               f"({len(child.ops)} ops, run by this {esc(op.type)})</summary>"
+                               f"{self._block_html(child, shown)}</details>")
+            parts.append(f"<tr><td>{i}</td><td><b>{esc(op.type)}</b></td><td>{ins}</td>"
+                         f"<td>{outs}</td><td>{attrs}{nested}</td></tr>")
+        parts.append("</table>")
+        return "".join(parts)
+
+
+_BLOCK_ATTR_TYPES = (8, 10)      # framework.proto's AttrType BLOCK and BLOCKS
+
+
+def _sub_block_indices(op) -> list[int]:
+    """The block indices an op's BLOCK / BLOCKS attributes name."""
+    out = []
+    for name, value in op.attrs.items():
+        if op.attr_types.get(name) in _BLOCK_ATTR_TYPES:
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                idx = getattr(v, "idx", v)
+                if isinstance(idx, int):
+                    out.append(idx)
+    return out
 
 
 # -- default programs --------------------------------------------------------------------------
