@@ -218,6 +218,7 @@ from .sequence_layers import *  # noqa: E402,F401,F403
 from .recurrent_layers import *  # noqa: E402,F401,F403
 from .crf_layers import *  # noqa: E402,F401,F403
 from .control_flow_layers import *  # noqa: E402,F401,F403
+from .dynamic_rnn import *  # noqa: E402,F401,F403
 from .rnn_layers import *  # noqa: E402,F401,F403
 
 

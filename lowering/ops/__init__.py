@@ -5,3 +5,4 @@ from . import (activation, control_flow, conv, crf, extra, logic, loss, manipula
                sequence_window, tensor, vision)
 from . import extra_nn  # noqa: F401,E402
 from . import legacy  # noqa: F401,E402
+from . import lod_array  # noqa: F401,E402

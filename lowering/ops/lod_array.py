@@ -1,0 +1,249 @@
+"""LoD tensor arrays: ``lod_rank_table``, ``max_sequence_len``, ``lod_tensor_to_array``,
+``array_to_lod_tensor``, ``reorder_lod_tensor_by_rank``, ``shrink_rnn_memory`` (what Fluid 1.x's
+``DynamicRNN`` builds), with Paddle 2.6.2's semantics.
+
+Inside a compiled step (docs/control_flow.md, "LoD tensor arrays"):
+
+- a rank table is a :class:`RankTable` pytree: ``index`` [N] (sequence indices sorted by length,
+  descending, stable as Paddle's ``std::stable_sort``), ``length`` [N] (their lengths), and the
+  ranked level's ``offsets`` [N + 1] (to put sequences back in their order); N is static (the
+  number of sequences of that level, padded with empty ones for inner levels);
+- ``lod_tensor_to_array`` gives a ``TensorArray`` whose element ``t`` holds, in rank order, the
+  ``t``-th row of every sequence longer than ``t``. Paddle's element has that many rows, a number
+  that is data; here every element has N rows (a static shape) and the rows past the count are
+  zeros. Because sequences are in rank order, the real rows are always a prefix;
+- ``shrink_rnn_memory`` keeps that prefix (rows past it are zeroed, the gradient is zero there,
+  Paddle's zero-padded gradient) instead of cutting it;
+- ``array_to_lod_tensor`` gathers the rows back into sequence order: a LoD value with the ranked
+  level's offsets.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ...ir.errors import OpRuntimeError
+from ...ir.registry import op
+from ...ir.shape import InferShapeContext
+from ..lod_value import LoDValue
+from ..lower import lod_aware
+from .control_flow import TensorArray
+
+LOD_RANK_TABLE = 12      # Paddle's VarType.LOD_RANK_TABLE
+
+
+@jax.tree_util.register_pytree_node_class
+class RankTable:
+    """``index`` / ``length`` [N] int32 in rank order, ``offsets`` [N + 1] of the ranked level;
+    ``rows`` (static): the padded row count of the ranked tensor."""
+
+    __slots__ = ("index", "length", "offsets", "rows")
+
+    def __init__(self, index, length, offsets, rows: int) -> None:
+        self.index, self.length, self.offsets, self.rows = index, length, offsets, rows
+
+    def tree_flatten(self):
+        return (self.index, self.length, self.offsets), self.rows
+
+    @classmethod
+    def tree_unflatten(cls, rows, children):
+        return cls(*children, rows)
+
+    @property
+    def size(self) -> int:
+        return int(self.index.shape[0])
+
+    def count_longer_than(self, t):
+        """How many sequences are longer than ``t`` (those active at time step ``t``)."""
+        return jnp.sum(self.length > t).astype(jnp.int32)
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("a rank table cannot be fetched; fetch max_sequence_len or the reordered tensor")
+
+    def __repr__(self) -> str:
+        return f"RankTable(sequences={self.size}, rows={self.rows})"
+
+
+def _where(ctx) -> str:
+    return f"op {ctx.op.type!r} at {ctx.op.location}"
+
+
+def _table(ctx) -> RankTable:
+    table = ctx.input("RankTable")
+    if not isinstance(table, RankTable):
+        raise OpRuntimeError(f"{_where(ctx)}: RankTable is not a rank table (made by lod_rank_table)")
+    return table
+
+
+def _one_level(ctx, x, slot: str = "X") -> LoDValue:
+    if not isinstance(x, LoDValue):
+        raise OpRuntimeError(f"{_where(ctx)}: {slot} must be a LoD tensor (lod_level >= 1)")
+    if x.lod_level != 1:
+        raise OpRuntimeError(f"{_where(ctx)}: {slot} has {x.lod_level} LoD levels; fluidjax splits "
+                             "one-level LoD tensors into time steps (its rows are the steps)")
+    return x
+
+
+# -- lod_rank_table, max_sequence_len ----------------------------------------------------------------
+def _rank_table_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    level = int(ctx.attr("level") or 0)
+    ctx.check(x.lod_level > level, f"lod_rank_table: level {level} needs X with more than {level} LoD "
+                                   f"levels, X has lod_level {x.lod_level}")
+
+
+@op("lod_rank_table", inputs="X", outputs="Out", attrs={"level": 0}, infer_shape=_rank_table_shape, grad=None)
+def lod_rank_table(ctx):
+    """The sequences of X's LoD level ``level`` sorted by length, longest first (stable)."""
+    x = ctx.input("X")
+    level = int(ctx.attr("level"))
+    if not isinstance(x, LoDValue) or not 0 <= level < x.lod_level:
+        have = x.lod_level if isinstance(x, LoDValue) else 0
+        raise OpRuntimeError(f"{_where(ctx)}: cannot rank LoD level {level} of X, which has {have} level(s)")
+    offsets = jnp.asarray(x.offsets[level], jnp.int32)
+    lengths = offsets[1:] - offsets[:-1]
+    index = jnp.argsort(-lengths, stable=True).astype(jnp.int32)
+    return {"Out": RankTable(index, lengths[index], offsets, int(x.data.shape[0]))}
+
+
+def _max_len_shape(ctx: InferShapeContext) -> None:
+    ctx.set_output("Out", (1,), "int64", 0)
+
+
+@op("max_sequence_len", inputs="RankTable", outputs="Out", infer_shape=_max_len_shape, grad=None)
+def max_sequence_len(ctx):
+    """The longest sequence's length, int64 [1]."""
+    table = _table(ctx)
+    longest = table.length[0] if table.size else jnp.zeros((), jnp.int32)
+    return {"Out": longest.astype(jnp.int64).reshape(1)}
+
+
+# -- lod_tensor_to_array, array_to_lod_tensor --------------------------------------------------------
+def _to_array_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", (-1,) + tuple(x.shape[1:]), x.dtype, max(x.lod_level - 1, 0))
+
+
+def _to_array_grad(op_, out_grads, in_grads):
+    # Paddle's: the gradient of the split is the merge of the array's gradient (and back).
+    return [("array_to_lod_tensor", {"X": out_grads["Out"], "RankTable": op_.input("RankTable")},
+             {"Out": in_grads["X"]}, {})]
+
+
+def _to_tensor_grad(op_, out_grads, in_grads):
+    return [("lod_tensor_to_array", {"X": out_grads["Out"], "RankTable": op_.input("RankTable")},
+             {"Out": in_grads["X"]}, {})]
+
+
+@op("lod_tensor_to_array", inputs="X RankTable", outputs="Out", infer_shape=_to_array_shape,
+    no_grad_inputs=["RankTable"], grad_maker=_to_array_grad)
+def lod_tensor_to_array(ctx):
+    """Element t: the t-th row of every sequence longer than t, in rank order. Each element has
+    N rows (N sequences), the real ones first, zeros after; the array's length is the longest
+    sequence's length."""
+    x = _one_level(ctx, ctx.input("X"))
+    table = _table(ctx)
+    data, rows = x.data, x.data.shape[0]
+    steps = max(rows, 1)                       # the longest sequence has at most every row
+    starts = table.offsets[table.index]        # [N] first row of each ranked sequence
+    t = jnp.arange(steps, dtype=jnp.int32)[:, None]
+    valid = t < table.length[None, :]          # [T, N]
+    gathered = data[jnp.clip(starts[None, :] + t, 0, rows - 1)]
+    mask = valid.reshape(valid.shape + (1,) * (data.ndim - 1))
+    buffer = jnp.where(mask, gathered, jnp.zeros_like(gathered))
+    longest = table.length[0] if table.size else jnp.zeros((), jnp.int32)
+    return {"Out": TensorArray(buffer, longest.astype(jnp.int32))}
+
+
+def _to_tensor_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", (-1,) + tuple(x.shape[1:]), x.dtype, x.lod_level + 1)
+
+
+@op("array_to_lod_tensor", inputs="X RankTable", outputs="Out", infer_shape=_to_tensor_shape,
+    no_grad_inputs=["RankTable"], grad_maker=_to_tensor_grad)
+def array_to_lod_tensor(ctx):
+    """The inverse of ``lod_tensor_to_array``: sequence s's row t is element t's row at s's rank;
+    the LoD is the ranked level's (the sequences in their original order)."""
+    array = ctx.input("X")
+    table = _table(ctx)
+    if isinstance(array, LoDValue):            # a gradient arriving as a LoD value: its rows
+        raise OpRuntimeError(f"{_where(ctx)}: X must be a tensor array")
+    if not isinstance(array, TensorArray):
+        raise OpRuntimeError(f"{_where(ctx)}: X is not a tensor array with elements (was it written?)")
+    buffer = array.buffer
+    if buffer.ndim < 2 or buffer.shape[1] < table.size:
+        raise OpRuntimeError(f"{_where(ctx)}: the array's elements have {buffer.shape[1:2]} rows, fewer "
+                             f"than the rank table's {table.size} sequences")
+    rows = table.rows
+    offsets = table.offsets
+    r = jnp.arange(rows, dtype=jnp.int32)
+    seq = jnp.searchsorted(offsets[1:], r, side="right").astype(jnp.int32)   # padding rows: N
+    real = seq < table.size
+    seq_c = jnp.clip(seq, 0, max(table.size - 1, 0))
+    step = r - offsets[seq_c]
+    rank_of = jnp.zeros((table.size,), jnp.int32).at[table.index].set(jnp.arange(table.size, dtype=jnp.int32))
+    valid = real & (step < array.buffer.shape[0])
+    picked = buffer[jnp.clip(step, 0, buffer.shape[0] - 1), rank_of[seq_c]]
+    mask = valid.reshape(valid.shape + (1,) * (picked.ndim - 1))
+    data = jnp.where(mask, picked, jnp.zeros_like(picked))
+    return {"Out": LoDValue(data, (offsets,))}
+
+
+# -- reorder_lod_tensor_by_rank, shrink_rnn_memory ---------------------------------------------------
+def _same_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("reorder_lod_tensor_by_rank", inputs="X RankTable", outputs="Out", infer_shape=_same_shape,
+    no_grad_inputs=["RankTable"])
+def reorder_lod_tensor_by_rank(ctx):
+    """X's sequences (a LoD X) or rows (a plain X, one row per sequence) in the rank table's order."""
+    x = ctx.input("X")
+    table = _table(ctx)
+    if not isinstance(x, LoDValue):
+        if x.shape[0] != table.size:
+            raise OpRuntimeError(f"{_where(ctx)}: X has {x.shape[0]} rows, the rank table {table.size} "
+                                 "sequences (a plain X gives one row per sequence)")
+        return {"Out": x[table.index]}
+    x = _one_level(ctx, x)
+    src = jnp.asarray(x.offsets[0], jnp.int32)
+    if src.shape[0] - 1 != table.size:
+        raise OpRuntimeError(f"{_where(ctx)}: X has {src.shape[0] - 1} sequences, the rank table {table.size}")
+    lengths = (src[1:] - src[:-1])[table.index]
+    new = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(lengths).astype(jnp.int32)])
+    rows = x.data.shape[0]
+    r = jnp.arange(rows, dtype=jnp.int32)
+    seq = jnp.searchsorted(new[1:], r, side="right").astype(jnp.int32)
+    seq_c = jnp.clip(seq, 0, max(table.size - 1, 0))
+    source = src[table.index[seq_c]] + r - new[seq_c]
+    valid = seq < table.size
+    picked = x.data[jnp.clip(source, 0, rows - 1)]
+    mask = valid.reshape(valid.shape + (1,) * (picked.ndim - 1))
+    return {"Out": LoDValue(jnp.where(mask, picked, jnp.zeros_like(picked)), (new,))}
+
+
+def _shrink_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", (-1,) + tuple(x.shape[1:]), x.dtype, x.lod_level)
+
+
+@op("shrink_rnn_memory", inputs="X RankTable I", outputs="Out", infer_shape=_shrink_shape,
+    no_grad_inputs=["RankTable", "I"])
+def shrink_rnn_memory(ctx):
+    """X's first rows, one per sequence still running at step I (longer than I). Rows keep their
+    places (a static shape): the rows past that count are zeros here, where Paddle cuts them."""
+    x = ctx.input("X")
+    table = _table(ctx)
+    i = jnp.asarray(ctx.input("I")).reshape(()).astype(jnp.int32)
+    count = table.count_longer_than(i)
+    data = x.data if isinstance(x, LoDValue) else x
+    keep = jnp.arange(data.shape[0]) < count
+    out = jnp.where(keep.reshape(keep.shape + (1,) * (data.ndim - 1)), data, jnp.zeros_like(data))
+    return {"Out": lax.convert_element_type(out, data.dtype)}
+
+
+lod_aware("lod_rank_table", "lod_tensor_to_array", "array_to_lod_tensor", "reorder_lod_tensor_by_rank")
