@@ -438,19 +438,25 @@ def _interp_compute(ctx, method: str):
 
 
 @op("bilinear_interp_v2", inputs="X OutSize? SizeTensor*? Scale?", outputs="Out", attrs=_INTERP_ATTRS,
-    infer_shape=_interp_shape, no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
+    infer_shape=lambda ctx: _vision().interp_shape(ctx), no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
 def bilinear_interp_v2(ctx):
     """Bilinear resize of a 4-D X to out_h × out_w (or input size × ``scale``).
 
     ``align_corners`` maps corner pixels onto corner pixels; otherwise ``align_mode`` 0 uses
-    half-pixel centres and 1 maps output index i to input i·(in/out). Only the attribute forms of
-    the size are supported (not the OutSize/SizeTensor/Scale tensors)."""
-    return _interp_compute(ctx, "bilinear")
+    half-pixel centres and 1 maps output index i to input i·(in/out). The size may also come from
+    the OutSize/SizeTensor/Scale tensors when their values are known at lowering (vision.resize)."""
+    return _vision().resize(ctx, "linear")
 
 
 @op("nearest_interp_v2", inputs="X OutSize? SizeTensor*? Scale?", outputs="Out", attrs=_INTERP_ATTRS,
-    infer_shape=_interp_shape, no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
+    infer_shape=lambda ctx: _vision().interp_shape(ctx), no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
 def nearest_interp_v2(ctx):
     """Nearest-neighbour resize of a 4-D or 5-D X (out_h, out_w / out_d, out_h, out_w, or ``scale``);
     ``align_corners`` rounds the source index instead of truncating it."""
-    return _interp_compute(ctx, "nearest")
+    return _vision().resize(ctx, "nearest")
+
+
+def _vision():
+    from . import vision  # the resize rules of every *_interp_v2 op live there
+
+    return vision

@@ -31,7 +31,10 @@ def fill_constant(ctx):
         value = int(text) if np.issubdtype(dtype, np.integer) else float(text)
     if ctx.input("ValueTensor") is not None:
         value = ctx.input("ValueTensor").reshape(())
-    return {"Out": jnp.full(tuple(ctx.attr("shape")), value, dtype)}
+    from .manipulation import static_ints
+
+    shape = static_ints(ctx, "ShapeTensor", "ShapeTensorList", what="the shape")
+    return {"Out": jnp.full(tuple(shape if shape is not None else ctx.attr("shape")), value, dtype)}
 
 
 @host_rule("fill_constant")
@@ -112,7 +115,8 @@ def _shape_shape(ctx: InferShapeContext) -> None:
 @op("shape", inputs="Input", outputs="Out", infer_shape=_shape_shape, grad=None)
 def shape(ctx):
     """The shape of Input as a 1-d int32 tensor."""
-    return {"Out": jnp.asarray(ctx.input("Input").shape, jnp.int32)}
+    # A NumPy array: the shape is static, and downstream shape arithmetic can fold (lower.run_op).
+    return {"Out": np.asarray(ctx.input("Input").shape, np.int32)}
 
 
 # -- range -----------------------------------------------------------------------------------------
