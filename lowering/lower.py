@@ -22,7 +22,7 @@ from ..ir import dtypes, registry, shape
 from ..ir.errors import OpRuntimeError, ProgramFormatError, ShapeError
 from ..ir.program import EMPTY_VAR_NAME
 from .checks import StepChecks
-from .out_grads import OUT_GRADS
+from . import paddle_grads
 from .lod_value import LoDValue
 from .context import ComputeContext, make_key
 
@@ -70,14 +70,7 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         checks.check_indices(op, values)
     ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block, env=env)
     try:
-        if _foldable(opdef, op, values):
-            # Shape arithmetic on concrete values (shape -> slice -> concat -> ...) stays concrete,
-            # so the ops whose output shape it sets (reshape2, fill_constant, range, *_interp_v2,
-            # linspace) can read it: XLA needs those shapes while tracing.
-            with jax.ensure_compile_time_eval():
-                outs = compute(ctx)
-        else:
-            outs = compute(ctx)
+        outs = compute(ctx)
     except (OpRuntimeError, ShapeError, ProgramFormatError):
         raise
     except Exception as exc:
@@ -97,24 +90,6 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
                 env[name] = v
                 if checks is not None and checks.nan_inf and _differentiable(v):
                     checks.check_finite(op, slot, name, v)
-
-
-# The most elements an op's inputs (or, for an op without inputs, its outputs) may have for it to be
-# evaluated while tracing: shape tensors and small constants, never real data.
-_FOLD_LIMIT = 4096
-
-
-def _foldable(opdef, op, values) -> bool:
-    """Whether ``op`` computes on small concrete values only (see run_op)."""
-    if opdef.random or opdef.host or opdef.forward_type is not None:
-        return False
-    given = [v for vs in values.values() for v in vs if v is not None]
-    if given:
-        return all(isinstance(v, (np.ndarray, jax.Array)) and not isinstance(v, jax.core.Tracer)
-                   and v.size <= _FOLD_LIMIT for v in given)
-    outs = [op.block.find_var(n) for names in op.outputs.values() for n in names]
-    return bool(outs) and all(v is not None and all(d >= 0 for d in v.shape) and int(np.prod(v.shape)) <= _FOLD_LIMIT
-                              for v in outs)
 
 
 # Op types whose JAX rules take LoDValue inputs themselves (sequence ops, LoD-aware reductions);
@@ -229,9 +204,11 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
     more than a hand-written backward (``tests/test_backward.py`` counts the dots).
     """
     fwd = registry.get(ctx.opdef.forward_type)
-    if fwd.type in OUT_GRADS and not ctx.op.inputs.get("X") and ctx.op.inputs.get("Out"):
-        return _grad_from_out(ctx, fwd)                 # a grad op Paddle wrote: Out, not X
+    direct = paddle_grads.direct_rule(fwd, ctx.op)
+    if direct is not None:
+        return direct(ctx)                      # a grad op Paddle wrote, e.g. Out or XShape, not X
     primal = {s.name: ctx.inputs(s.name) for s in fwd.inputs}
+    primal.update(paddle_grads.rebuilt_inputs(ctx, fwd))
     # LoD inputs (of LoD-aware ops): differentiate with respect to their rows, offsets fixed.
     lods = {(s, i): v for s, vs in primal.items() for i, v in enumerate(vs) if v.__class__ is LoDValue}
     primal = {s: [v.data if v.__class__ is LoDValue else v for v in vs] for s, vs in primal.items()}
@@ -281,21 +258,6 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
             g = LoDValue(g, lods[(slot, i)].offsets)
         result.setdefault(slot + GRAD_SUFFIX, [None] * len(primal[slot]))[i] = g
     return result
-
-
-def _grad_from_out(ctx: ComputeContext, fwd) -> dict[str, list]:
-    out, g = ctx.inputs("Out")[0], ctx.inputs("Out" + GRAD_SUFFIX)[0]
-    lod = out if out.__class__ is LoDValue else None
-    out = out.data if lod is not None else out
-    g = g.data if g.__class__ is LoDValue else g
-    g = jnp.asarray(g, out.dtype).reshape(out.shape)
-
-    def attr(name, default):
-        value = ctx.attr(name) if name in ctx.op.attrs or name in fwd.attrs else None
-        return default if value is None else value
-
-    x_grad = OUT_GRADS[fwd.type](out, g, attr)
-    return {"X" + GRAD_SUFFIX: [LoDValue(x_grad, lod.offsets) if lod is not None else x_grad]}
 
 
 def _fit_rows(g, rows: int):

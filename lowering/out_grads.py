@@ -24,6 +24,7 @@ OUT_GRADS: dict[str, Callable] = {
     "relu": lambda out, g, attr: jnp.where(out > 0, g, jnp.zeros((), g.dtype)),
     "relu6": lambda out, g, attr: jnp.where((out > 0) & (out < attr("threshold", 6.0)), g, jnp.zeros((), g.dtype)),
     "exp": lambda out, g, attr: g * out,
+    "expm1": lambda out, g, attr: g * (out + 1),
     "sqrt": lambda out, g, attr: g * 0.5 / out,
     "rsqrt": lambda out, g, attr: -0.5 * g * out * out * out,
     "reciprocal": lambda out, g, attr: -g * out * out,
