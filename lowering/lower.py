@@ -70,7 +70,14 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         checks.check_indices(op, values)
     ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block, env=env)
     try:
-        outs = compute(ctx)
+        if _foldable(opdef, op, values):
+            # Shape arithmetic on concrete values (shape -> slice -> concat -> ...) stays concrete,
+            # so the ops whose output shape it sets (reshape2, fill_constant, range, *_interp_v2,
+            # linspace) can read it: XLA needs those shapes while tracing.
+            with jax.ensure_compile_time_eval():
+                outs = compute(ctx)
+        else:
+            outs = compute(ctx)
     except (OpRuntimeError, ShapeError, ProgramFormatError):
         raise
     except Exception as exc:
@@ -90,6 +97,24 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
                 env[name] = v
                 if checks is not None and checks.nan_inf and _differentiable(v):
                     checks.check_finite(op, slot, name, v)
+
+
+# The most elements an op's inputs (or, for an op without inputs, its outputs) may have for it to be
+# evaluated while tracing: shape tensors and small constants, never real data.
+_FOLD_LIMIT = 4096
+
+
+def _foldable(opdef, op, values) -> bool:
+    """Whether ``op`` computes on small concrete values only (see run_op)."""
+    if opdef.random or opdef.host or opdef.forward_type is not None:
+        return False
+    given = [v for vs in values.values() for v in vs if v is not None]
+    if given:
+        return all(isinstance(v, (np.ndarray, jax.Array)) and not isinstance(v, jax.core.Tracer)
+                   and v.size <= _FOLD_LIMIT for v in given)
+    outs = [op.block.find_var(n) for names in op.outputs.values() for n in names]
+    return bool(outs) and all(v is not None and all(d >= 0 for d in v.shape) and int(np.prod(v.shape)) <= _FOLD_LIMIT
+                              for v in outs)
 
 
 # Op types whose JAX rules take LoDValue inputs themselves (sequence ops, LoD-aware reductions);
