@@ -32,7 +32,7 @@ from .layer_helper import LayerHelper
 from .layers import fill_constant
 
 __all__ = ["lod_rank_table", "max_sequence_len", "lod_tensor_to_array", "array_to_lod_tensor",
-           "reorder_lod_tensor_by_rank", "shrink_memory", "DynamicRNN"]
+           "reorder_lod_tensor_by_rank", "shrink_memory", "DynamicRNN", "beam_search"]
 
 LOD_RANK_TABLE = 12      # Paddle's VarType.LOD_RANK_TABLE
 
@@ -260,3 +260,27 @@ class DynamicRNN:
             array = _array_var(parent, "_".join([self.helper.name, "output_array", each.name]), each.dtype)
             array_write(each, self.step_idx, array)
             self.output_array.append(array)
+
+
+def beam_search(pre_ids: Variable, pre_scores: Variable, ids: Variable | None, scores: Variable, beam_size: int,
+                end_id: int, level: int = 0, is_accumulated: bool = True, name: str | None = None,
+                return_parent_idx: bool = False):
+    """One step of LoD beam search (Paddle's ``beam_search`` op): per source sentence, the
+    ``beam_size`` best candidates of its prefixes (``scores``' LoD level ``level`` groups them);
+    finished prefixes (``pre_ids == end_id``) offer only ``end_id``. Returns ``(selected_ids,
+    selected_scores)`` (and ``parent_idx``, the prefix row of each, when ``return_parent_idx``)."""
+    _check_var(scores, "scores", "beam_search")
+    helper = LayerHelper("beam_search", name=name)
+    selected_ids = helper.create_tmp("int64", stop_gradient=True)
+    selected_scores = helper.create_tmp(scores.dtype, stop_gradient=True)
+    parent_idx = helper.create_tmp("int32", stop_gradient=True)
+    inputs = {"pre_ids": pre_ids, "pre_scores": pre_scores, "scores": scores}
+    if ids is not None:
+        inputs["ids"] = ids
+    helper.append_op("beam_search", inputs,
+                     {"selected_ids": selected_ids, "selected_scores": selected_scores, "parent_idx": parent_idx},
+                     {"level": int(level), "beam_size": int(beam_size), "end_id": int(end_id),
+                      "is_accumulated": bool(is_accumulated)})
+    if return_parent_idx:
+        return selected_ids, selected_scores, parent_idx
+    return selected_ids, selected_scores

@@ -6,3 +6,4 @@ from . import (activation, control_flow, conv, crf, extra, logic, loss, manipula
 from . import extra_nn  # noqa: F401,E402
 from . import legacy  # noqa: F401,E402
 from . import lod_array  # noqa: F401,E402
+from . import beam_search  # noqa: F401,E402
