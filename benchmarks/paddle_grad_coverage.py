@@ -4,7 +4,9 @@ For every row of the op-test table (``tests/optable``) that Paddle checks, the r
 program plus a weighted-mean loss is handed to Paddle 2.6.2, which appends its own backward
 (``paddle.static.append_backward``: Paddle's grad op makers choose the grad ops' slots, e.g.
 ``transpose2_grad`` reads ``XShape`` and no ``X``). That program is serialized, parsed by fluidjax
-and run; its input gradients are compared with Paddle's run of the same program.
+and run; its input gradients are compared with Paddle's run of the same program. Then the
+programs of ``tests/test_paddle_backward_programs_2.py`` (built with Paddle's Python API and its
+``gradients``: dropout, batch_norm, the reshape family, ...) are run the same way ("api:" rows).
 
 Run:  .venv/bin/python benchmarks/paddle_grad_coverage.py [op_type ...] [--verbose]
 Prints one line per failing row and a per-op count: ops whose every row passes / ops surveyed.
@@ -27,6 +29,7 @@ from fluidjax.ir import registry  # noqa: E402
 import paddle_oracle as po  # noqa: E402
 import paddle  # noqa: E402
 import test_op_table as table  # noqa: E402
+import test_paddle_backward_programs_2 as api_cases  # noqa: E402
 
 
 def paddle_grad_types(program) -> list[str]:
@@ -66,6 +69,16 @@ def check_row(case) -> tuple[str, str]:
     return "pass", ", ".join(paddle_grad_types(prog))
 
 
+def check_api_case(name: str) -> tuple[str, str]:
+    """A program built with Paddle's Python API (``tests/test_paddle_backward_programs_2.py``)."""
+    names, ours, theirs = api_cases.gradients_in_both(name)
+    for g, a, e in zip(names, ours, theirs):
+        a, e = np.asarray(a), np.asarray(e)
+        if a.shape != e.shape or not np.allclose(a, e, rtol=1e-4, atol=1e-5):
+            return "fail", f"{g}: differs from Paddle"
+    return "pass", ""
+
+
 def main(argv: list[str]) -> int:
     verbose = "--verbose" in argv
     only = {a for a in argv if not a.startswith("--")}
@@ -81,6 +94,17 @@ def main(argv: list[str]) -> int:
         by_op[case.op].append(status)
         if status == "fail" or verbose:
             print(f"{status:4} {case.id}: {detail}", flush=True)
+    # Programs from Paddle's Python API: random ops (dropout), layers (batch_norm, instance_norm).
+    for name in api_cases.CASE_NAMES:
+        if only and name.split("-")[0] not in only:
+            continue
+        try:
+            status, detail = check_api_case(name)
+        except Exception as exc:  # a survey: record every failure, go on
+            status, detail = "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        by_op["api:" + name.split("-")[0]].append(status)
+        if status == "fail" or verbose:
+            print(f"{status:4} api:{name}: {detail}", flush=True)
     surveyed = {op: s for op, s in by_op.items() if any(x != "skip" for x in s)}
     passing = sorted(op for op, s in surveyed.items() if "fail" not in s)
     failing = sorted(op for op, s in surveyed.items() if "fail" in s)

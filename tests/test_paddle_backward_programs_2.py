@@ -71,18 +71,37 @@ def _cases():
         "dropout-p0": ({"x": _x(4, 6)}, lambda d: F.dropout(d["x"], 0.0)),
         "dropout-infer": ({"x": _x(4, 6)}, lambda d: F.dropout(d["x"], 0.3, training=False)),
         "batch_norm-train": ({"x": x4}, lambda d: paddle.static.nn.batch_norm(d["x"])),
+        "set_value": ({"x": _x(4, 5), "v": _x(4, 2)}, _set_value),
+        "layer_norm": ({"x": _x(3, 4, 6)}, lambda d: paddle.nn.LayerNorm(6)(d["x"])),
+        "embedding": ({"x": _x(2, 3), "i": RNG.integers(0, 10, (2, 3)).astype("int64")},
+                      lambda d: paddle.nn.Embedding(10, 3)(d["i"]) * d["x"].unsqueeze(-1)),
     }, data
+
+
+def _set_value(d):
+    import paddle
+
+    return paddle.static.setitem(d["x"] * 1.0, (slice(None), slice(1, 3)), d["v"] * 2.0)
 
 
 CASE_NAMES = ["transpose2", "transpose2-neg", "reshape2", "squeeze2", "unsqueeze2", "flatten_contiguous_range",
               "softmax_with_cross_entropy", "softmax_with_cross_entropy-ignore", "softmax_with_cross_entropy-soft",
               "softmax_with_cross_entropy-axis", "cross_entropy-no_softmax", "pixel_shuffle", "pixel_unshuffle",
               "channel_shuffle", "label_smooth", "tril", "floor", "expm1", "unstack", "scatter", "einsum",
-              "meshgrid", "instance_norm", "dropout-p0", "dropout-infer", "batch_norm-train"]
+              "meshgrid", "instance_norm", "dropout-p0", "dropout-infer", "batch_norm-train", "set_value",
+              "layer_norm", "embedding"]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_paddle_grad_op_runs_with_paddles_gradient(name):
+    names, ours, theirs = gradients_in_both(name)
+    for g, a, e in zip(names, ours, theirs):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5, err_msg=f"{name}: {g}")
+
+
+def gradients_in_both(name):
+    """Case ``name`` built by Paddle with its ``gradients``: (gradient names, fluidjax's, Paddle's).
+    (``benchmarks/paddle_grad_coverage.py`` runs these cases too.)"""
     import paddle
 
     paddle.enable_static()
@@ -112,8 +131,32 @@ def test_paddle_grad_op_runs_with_paddles_gradient(name):
     for pname, value in params.items():
         fj_scope.var(pname).get_tensor().set(value, fj.CPUPlace())
     ours = fj.Executor().run(program, feed=full, fetch_list=[g.name for g in grads], scope=fj_scope)
-    for g, a, e in zip(grads, ours, theirs):
-        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5, err_msg=f"{name}: {g.name}")
+    return [g.name for g in grads], ours, theirs
+
+
+@pytest.mark.parametrize("mode", ["upscale_in_train", "downscale_in_infer"])
+def test_paddle_dropout_grad_scales_by_fluidjax_mask(mode):
+    """Paddle's ``dropout_grad`` (``Mask``, ``Out@GRAD``) with p = 0.4: each system draws its own
+    mask, so the oracle is NumPy: X@GRAD = Out@GRAD * Mask (/ (1 - p) when upscaling in train)."""
+    import paddle
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [6, 50], "float32")
+        x.stop_gradient = False
+        y = paddle.nn.functional.dropout(x, 0.4, mode=mode)
+        w = paddle.static.data("w", [6, 50], "float32")
+        loss = paddle.sum(y * w)
+        grad, = paddle.static.gradients([loss], [x])
+    mask = next(op.output("Mask")[0] for op in main.global_block().ops if op.type == "dropout")
+    feed = {"x": _x(6, 50), "w": _x(6, 50)}
+    program = fj.Program.parse(main.desc.serialize_to_string())
+    ours, m = fj.Executor().run(program, feed=feed, fetch_list=[grad.name, mask], scope=fj.Scope())
+    m = np.asarray(m).astype("float32")
+    assert 0.2 < 1 - m.mean() < 0.6                                    # about p = 0.4 of it dropped
+    scale = 1 / 0.6 if mode == "upscale_in_train" else 1.0
+    np.testing.assert_allclose(ours, feed["w"] * m * scale, rtol=1e-6, atol=1e-6)
 
 
 
