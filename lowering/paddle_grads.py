@@ -228,7 +228,7 @@ def _einsum_operands(ctx):
 # op type -> fn(ctx) -> {slot: [value]} for the forward inputs a Paddle grad op leaves out
 REBUILT: dict[str, Callable] = {
     **{t: _like_out_grad() for t in ("floor", "ceil", "round", "trunc", "tril_triu", "label_smooth",
-                                     "channel_shuffle")},
+                                     "channel_shuffle", "shuffle_channel")},
     "set_value": _like_out_grad("Input"),
     "scatter": _like_out_grad("X"),
     "pad": _pad_input,

@@ -233,3 +233,29 @@ def test_paddle_built_training_program_trains_like_paddle(model):
         np.testing.assert_allclose(np.asarray(fj_scope.find_var(name).get_tensor()),
                                    np.array(scope.find_var(name).get_tensor()), rtol=2e-3, atol=1e-4,
                                    err_msg=name)
+
+
+def test_paddle_shuffle_channel_grad_runs_with_the_exact_gradient():
+    """``shuffle_channel_grad`` (Paddle writes only ``Out@GRAD``) runs; Paddle's own kernel is off for
+    group 2 of 6 channels (see tests/optable/extra_cases.py), so the oracle is NumPy: the inverse
+    shuffle of ``Out@GRAD``."""
+    import paddle
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [2, 6, 2, 3], "float32")
+        x.stop_gradient = False
+        w = paddle.static.data("w", [2, 6, 2, 3], "float32")
+        block = main.global_block()
+        out = block.create_var(name="shuffled", dtype="float32", shape=[2, 6, 2, 3])
+        block.append_op(type="shuffle_channel", inputs={"X": [x]}, outputs={"Out": [out]}, attrs={"group": 2})
+        loss = paddle.sum(out * w)
+        grad, = paddle.static.gradients([loss], [x])
+    assert "shuffle_channel_grad" in [op.type for op in block.ops]
+    feed = {"x": _x(2, 6, 2, 3), "w": _x(2, 6, 2, 3)}
+    program = fj.Program.parse(main.desc.serialize_to_string())
+    ours, = fj.Executor().run(program, feed=feed, fetch_list=[grad.name], scope=fj.Scope())
+    # Out[:, j*2 + i] = X[:, i*3 + j] (group 2, 3 channels per group): X@GRAD is W un-shuffled.
+    expected = feed["w"].reshape(2, 3, 2, 2, 3).swapaxes(1, 2).reshape(2, 6, 2, 3)
+    np.testing.assert_allclose(ours, expected, rtol=1e-6)
