@@ -233,6 +233,15 @@ def test_paddle_built_training_program_trains_like_paddle(model):
         np.testing.assert_allclose(np.asarray(fj_scope.find_var(name).get_tensor()),
                                    np.array(scope.find_var(name).get_tensor()), rtol=2e-3, atol=1e-4,
                                    err_msg=name)
+    # And back: Paddle, started from fluidjax's state, takes the next step as fluidjax does.
+    handed = paddle.static.Scope()
+    with paddle.static.scope_guard(handed):
+        for name in state:
+            handed.var(name).get_tensor().set(np.asarray(fj_scope.find_var(name).get_tensor()), paddle.CPUPlace())
+        next_theirs = [float(exe.run(main, feed=feed, fetch_list=[loss.name])[0]) for _ in range(2)]
+    next_ours = [float(np.asarray(ours_exe.run(program, feed=feed, fetch_list=[loss.name], scope=fj_scope)[0]))
+                 for _ in range(2)]
+    np.testing.assert_allclose(next_ours, next_theirs, rtol=1e-4, atol=1e-5)
 
 
 def test_paddle_shuffle_channel_grad_runs_with_the_exact_gradient():
