@@ -209,3 +209,42 @@ def test_dynamic_rnn_gradients_match_jax_and_paddle(boot):
     theirs = po.run(prog, feed, fetch, params, lods=lods)
     for name, got, want in zip(wanted, ours, theirs):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-7, atol=1e-10, err_msg=name)
+
+
+def test_dynamic_rnn_static_input_matches_paddle():
+    """A step reading a LoD static input (reordered like the sequences, shrunk to the running
+    ones, pooled per sequence): outputs and Paddle's backward's gradients agree."""
+    import paddle_oracle as po
+
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=3, lod_level=1, dtype="float64", stop_gradient=False)
+        enc = layer.data("enc", dims=HIDDEN, lod_level=1, dtype="float64", stop_gradient=False)
+        drnn = layer.DynamicRNN()
+        with drnn.block():
+            word = drnn.step_input(x)
+            memory = drnn.static_input(enc)
+            prev = drnn.memory(shape=[HIDDEN], value=0.0, dtype="float64")
+            pooled = layer.sequence_pool(memory, "sum")
+            hidden = layer.fc([word, prev], HIDDEN, activation="tanh") + pooled
+            drnn.update_memory(prev, hidden)
+            drnn.output(hidden)
+        out = drnn()
+        loss = layer.mean(out)
+    forward = main.serialize()
+    fj.append_backward(loss)
+    lengths, enc_lengths = LENGTHS[0], [[1, 3, 2, 2, 1]]
+    feed = {"x": _rows(sum(lengths), 3, seed=7, dtype="float64"),
+            "enc": _rows(sum(enc_lengths[0]), HIDDEN, seed=8, dtype="float64")}
+    lods = {"x": LENGTHS, "enc": enc_lengths}
+    fetch = [out.name, "x@GRAD", "enc@GRAD"] + [n + "@GRAD" for n in _param_names(main)]
+    ours, scope = _run_here(main, startup, feed, lods, fetch)
+    params = po.persistable_values(main, scope)
+    import paddle
+
+    prog = po.parse(forward)
+    with paddle.static.program_guard(prog):
+        paddle.static.append_backward(prog.global_block().var(loss.name))
+    theirs = po.run(prog, feed, fetch, params, lods=lods)
+    for name, a, b in zip(fetch, ours, theirs):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-7, atol=1e-10, err_msg=name)

@@ -28,6 +28,8 @@ from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, grad_rule
 from ..checks import IndexInput, index_inputs
+from ..lod_value import LoDValue
+from ..lower import lod_aware
 
 _tree_map = jax.tree_util.tree_map
 
@@ -217,6 +219,10 @@ def conditional_block_grad(ctx):
     by_name = {n: _put(given[n], g) for n, g in zip(wanted, grads)}
     return {"Input@GRAD": [by_name.get(n) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME else None
                            for i, n in enumerate(names)]}
+
+
+# Sub-blocks see LoD values as they are (a DynamicRNN step pools its LoD static input).
+lod_aware("conditional_block", "while")
 
 
 # -- select_input / select_output ------------------------------------------------------------------
@@ -599,15 +605,20 @@ def _grad_recompute(loop: _Loop, diff_carry, diff_const, ct_final):
 
 
 # A tensor array is differentiated through its buffer (its length is an integer).
+# A LoD value is differentiated through its rows (its offsets are integers).
 def _diffable(value) -> bool:
     return _floating(value) or (isinstance(value, TensorArray) and _floating(value.buffer))
 
 
 def _leaf(value):
+    if isinstance(value, LoDValue):
+        return value.data
     return value.buffer if isinstance(value, TensorArray) else value
 
 
 def _put(template, leaf):
+    if isinstance(template, LoDValue):
+        return LoDValue(leaf, template.offsets)
     return TensorArray(leaf, template.length) if isinstance(template, TensorArray) else leaf
 
 
@@ -620,6 +631,12 @@ def _fit_cotangent(ct, like):
     to the loop's capacity)."""
     if ct is None:
         return jnp.zeros_like(like)
+    if isinstance(ct, LoDValue):
+        ct = ct.data
+        if ct.ndim == like.ndim and ct.ndim and ct.shape[0] != like.shape[0]:     # other padding
+            rows = like.shape[0]
+            ct = ct[:rows] if ct.shape[0] > rows else jnp.concatenate(
+                [ct, jnp.zeros((rows - ct.shape[0],) + tuple(ct.shape[1:]), ct.dtype)])
     if isinstance(ct, TensorArray):
         buf = ct.buffer.astype(like.dtype)
         rows = like.shape[0]

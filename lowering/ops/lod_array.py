@@ -234,16 +234,28 @@ def _shrink_shape(ctx: InferShapeContext) -> None:
 @op("shrink_rnn_memory", inputs="X RankTable I", outputs="Out", infer_shape=_shrink_shape,
     no_grad_inputs=["RankTable", "I"])
 def shrink_rnn_memory(ctx):
-    """X's first rows, one per sequence still running at step I (longer than I). Rows keep their
-    places (a static shape): the rows past that count are zeros here, where Paddle cuts them."""
+    """X's first rows, one per sequence still running at step I (longer than I); for a LoD X,
+    its first that many sequences (Paddle's). Rows keep their places (a static shape): the rows
+    past them are zeros here, where Paddle cuts them, and a LoD X keeps its sequence count (the
+    dropped sequences become empty)."""
     x = ctx.input("X")
     table = _table(ctx)
     i = jnp.asarray(ctx.input("I")).reshape(()).astype(jnp.int32)
     count = table.count_longer_than(i)
     data = x.data if isinstance(x, LoDValue) else x
-    keep = jnp.arange(data.shape[0]) < count
+    if isinstance(x, LoDValue):
+        top = jnp.asarray(x.offsets[0], jnp.int32)
+        cut = top[jnp.minimum(count, top.shape[0] - 1)]
+        offsets = (jnp.minimum(top, cut),) + tuple(x.offsets[1:])
+        if len(offsets) > 1:
+            raise OpRuntimeError(f"{_where(ctx)}: X has {x.lod_level} LoD levels; one is supported")
+        keep = jnp.arange(data.shape[0]) < cut
+    else:
+        keep = jnp.arange(data.shape[0]) < count
     out = jnp.where(keep.reshape(keep.shape + (1,) * (data.ndim - 1)), data, jnp.zeros_like(data))
-    return {"Out": lax.convert_element_type(out, data.dtype)}
+    out = lax.convert_element_type(out, data.dtype)
+    return {"Out": LoDValue(out, offsets) if isinstance(x, LoDValue) else out}
 
 
-lod_aware("lod_rank_table", "lod_tensor_to_array", "array_to_lod_tensor", "reorder_lod_tensor_by_rank")
+lod_aware("lod_rank_table", "lod_tensor_to_array", "array_to_lod_tensor", "reorder_lod_tensor_by_rank",
+          "shrink_rnn_memory")
