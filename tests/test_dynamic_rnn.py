@@ -248,3 +248,42 @@ def test_dynamic_rnn_static_input_matches_paddle():
     theirs = po.run(prog, feed, fetch, params, lods=lods)
     for name, a, b in zip(fetch, ours, theirs):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-7, atol=1e-10, err_msg=name)
+
+
+def test_dynamic_rnn_with_an_empty_sequence_and_bucket_padding_matches_numpy():
+    """An empty sequence among others, rows padded to a larger bucket: the output has x's LoD and
+    each sequence's steps are the reference RNN's; the empty one contributes nothing."""
+    main, startup, out, loss = _drnn_program()
+    lengths = [3, 0, 5, 1]
+    xs = _rows(sum(lengths), 3, seed=9)
+    (ours,), scope = _run_here(main, startup, {"x": xs}, {"x": [lengths]}, [out.name], return_numpy=False)
+    import paddle_oracle as po
+
+    params = po.persistable_values(main, scope)
+    ref, _ = _reference(xs, lengths, [params[n] for n in _param_names(main)])
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-5, atol=1e-6)
+    assert ours.lod() == [[0, 3, 3, 8, 9]]
+
+
+def test_dynamic_rnn_misuse_is_a_clear_error():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=3, lod_level=1)
+        plain = layer.data("p", dims=3)
+        drnn = layer.DynamicRNN()
+        with pytest.raises(ValueError, match="inside rnn.block"):
+            drnn.step_input(x)
+        with pytest.raises(ValueError, match="only be read after"):
+            drnn()
+        with drnn.block():
+            with pytest.raises(TypeError, match="LoD tensor"):
+                drnn.step_input(plain)
+            with pytest.raises(ValueError, match="step_input should be invoked before"):
+                drnn.memory(shape=[4])
+            word = drnn.step_input(x)
+            with pytest.raises(ValueError, match="invoke memory before update_memory"):
+                drnn.update_memory(word, word)
+            drnn.output(word)
+        with pytest.raises(ValueError, match="only be invoked once"):
+            with drnn.block():
+                pass
