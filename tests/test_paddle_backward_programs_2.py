@@ -192,7 +192,49 @@ def _cnn_model():
     return loss, feeds
 
 
-@pytest.mark.parametrize("model", [_encoder_model, _cnn_model], ids=["transformer_encoder", "cnn_batch_norm"])
+def _text_cnn_model():
+    import paddle
+    import paddle.nn.functional as F
+
+    ids = paddle.static.data("ids", [4, 7], "int64")
+    e = paddle.nn.Embedding(20, 8, padding_idx=0)(ids)
+    h = F.gelu(paddle.nn.Conv1D(8, 6, 3)(paddle.transpose(e, [0, 2, 1])))
+    h = paddle.squeeze(paddle.nn.GroupNorm(2, 6)(paddle.unsqueeze(h, [2])), [2])
+    h = F.leaky_relu(paddle.max(h, axis=-1))
+    loss = paddle.mean(paddle.square(h - 0.5))
+    feeds = lambda rng: {"ids": rng.integers(0, 20, (4, 7)).astype("int64")}  # noqa: E731
+    return loss, feeds
+
+
+def _depthwise_interp_model():
+    import paddle
+    import paddle.nn.functional as F
+
+    x = paddle.static.data("x", [2, 4, 8, 8], "float32")
+    label = paddle.static.data("label", [2, 1], "int64")
+    h = paddle.nn.Conv2D(4, 4, 3, padding=1, groups=4)(x)
+    h = F.hardswish(paddle.nn.BatchNorm2D(4)(h))
+    h = F.adaptive_avg_pool2d(F.interpolate(h, scale_factor=2, mode="bilinear"), 1)
+    h = paddle.concat([paddle.flatten(h, 1), paddle.flatten(F.avg_pool2d(x, 2), 1)[:, :4]], 1)
+    logits = paddle.nn.Linear(8, 3)(h)
+    loss = F.cross_entropy(logits, label) + paddle.mean(F.sigmoid(logits).sum(-1))
+    feeds = lambda rng: {"x": rng.normal(size=(2, 4, 8, 8)).astype("float32"),  # noqa: E731
+                         "label": rng.integers(0, 3, (2, 1)).astype("int64")}
+    return loss, feeds
+
+
+def _lstm_model():
+    import paddle
+
+    x = paddle.static.data("x", [4, 5, 8], "float32")
+    y = paddle.nn.LSTM(8, 6, num_layers=2, direction="bidirect")(x)[0]
+    loss = paddle.mean(paddle.square(y - 0.1))
+    feeds = lambda rng: {"x": rng.normal(size=(4, 5, 8)).astype("float32")}  # noqa: E731
+    return loss, feeds
+
+
+@pytest.mark.parametrize("model", [_encoder_model, _cnn_model, _text_cnn_model, _depthwise_interp_model, _lstm_model],
+                         ids=["transformer_encoder", "cnn_batch_norm", "text_cnn", "depthwise_interp", "lstm"])
 def test_paddle_built_training_program_trains_like_paddle(model):
     """Paddle's ``minimize`` (its backward and Adam) parsed by fluidjax: 5 steps, Paddle's losses."""
     import paddle
@@ -228,8 +270,11 @@ def test_paddle_built_training_program_trains_like_paddle(model):
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
     assert theirs[-1] < theirs[0]
     # The whole training state after 5 steps (parameters, Adam moments and beta powers, batch
-    # norm's running statistics) equals Paddle's.
-    for name in state:
+    # norm's running statistics) equals Paddle's; except the buffers Paddle's coalesce_tensor fuses
+    # the LSTM weights into: in Paddle they alias the weights, in fluidjax they are separate copies
+    # that no op of the main program reads.
+    fused = {n for op in startup.global_block().ops if op.type == "coalesce_tensor" for n in op.output("FusedOutput")}
+    for name in set(state) - fused:
         np.testing.assert_allclose(np.asarray(fj_scope.find_var(name).get_tensor()),
                                    np.array(scope.find_var(name).get_tensor()), rtol=2e-3, atol=1e-4,
                                    err_msg=name)
