@@ -26,6 +26,7 @@ from .frontend.training_loop import History, evaluate, train
 from .ir.callstack import install_notebook_tracebacks as _install_notebook_tracebacks
 from . import distributed  # noqa: E402,F401  (fj.distributed: multi-process runs)
 from . import io  # noqa: E402  (fj.io: Paddle's saved models and checkpoints, StableHLO export)
+from . import passes  # noqa: E402  (fj.passes: conv+bn folding, NHWC layout for inference)
 from .viz import draw
 
 # `import fluidjax.reader` / `from fluidjax.reader import shuffle` work like the attribute.

@@ -612,8 +612,14 @@ def resolve_model_paths(path_prefix: str, model_filename: str | None = None,
 
 
 def load_inference_model(path_prefix: str, executor=None, model_filename: str | None = None,
-                         params_filename: str | None = None, scope: Scope | None = None) -> list:
+                         params_filename: str | None = None, scope: Scope | None = None,
+                         optimize: bool = False) -> list:
     """Load a saved inference model: ``[program, feed_target_names, fetch_targets]``.
+
+    ``optimize=True`` returns the program after :func:`fluidjax.passes.optimize_inference`
+    (conv+batch_norm folded, convolutions in NHWC; same results to 1e-5, faster on CPU). It is off
+    by default because the loaded program is also what ``fluidjax inspect``/``convert`` and a re-save
+    see: they must get the model as saved.
 
     Reads what ``paddle.static.save_inference_model`` and ``paddle.jit.save`` write (``dir/name``
     for ``name.pdmodel`` + ``name.pdiparams``; the ``.pdiparams.info`` pickle is never opened) and
@@ -638,6 +644,10 @@ def load_inference_model(path_prefix: str, executor=None, model_filename: str | 
                   else _read_separate(dirname, variables))
         _set_scope_values(scope, values)
     feeds = feed_target_names(program)
+    if optimize:
+        from .passes import optimize_inference
+
+        program = optimize_inference(program, scope)
     fetches = [program.global_block().var(n) for n in fetch_target_names(program)]
     return [program, feeds, fetches]
 

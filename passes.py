@@ -1,0 +1,404 @@
+"""Inference passes on the IR: what Paddle Inference does to a CNN before running it, done on the
+program so that XLA compiles the faster graph.
+
+- :func:`fold_conv_bn` — an ``is_test`` ``batch_norm`` right after a ``conv2d`` /
+  ``depthwise_conv2d`` (with or without the conv's ``elementwise_add`` bias) is folded into the
+  convolution: ``W' = W · γ/√(σ²+ε)`` per output channel and ``b' = (b - μ) · γ/√(σ²+ε) + β``.
+  The folded values are computed from the scope (in float64, then cast) and written under **new**
+  persistable names (``<filter>.bn_folded``, ``<filter>.bn_folded_bias``): the original
+  parameters stay untouched, so a training program sharing the scope runs as before.
+- :func:`to_nhwc` — NCHW convolution / pooling / batch-norm chains, and the element-wise ops
+  between them, run in NHWC (XLA's CPU convolutions are much faster channel-last); ``transpose2``
+  ops are inserted only where a value enters or leaves such a chain. Filters stay OIHW (the
+  conv rule takes NHWC with OIHW dimension numbers).
+- :func:`optimize_inference` — both, on a copy of the program.
+
+Both passes rewrite only values that nothing outside the rewritten ops reads: ``fetch`` targets,
+``keep`` names and every variable another op (in any block) reads keep their meaning and layout.
+Intermediates read only inside a folded or re-laid-out chain may disappear; name the ones you
+want to fetch in ``keep``.
+
+XLA CPU flags must be set before JAX starts its backend, so no pass can apply them;
+:func:`recommended_xla_flags` returns the ones measured to help (see ``docs/inference.md``).
+
+>>> # program, feeds, fetches = fj.io.load_inference_model("out/resnet", optimize=True)
+>>> # fast = fj.passes.optimize_inference(train_program.clone(for_test=True), fj.global_scope())
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+import numpy as np
+
+from .ir.errors import UninitializedVariableError
+from .ir.program import Operator, Program
+from .lowering.lod_tensor import LoDTensor
+from .lowering.scope import Scope, global_scope
+
+__all__ = ["fold_conv_bn", "to_nhwc", "optimize_inference", "recommended_xla_flags"]
+
+_CONVS = ("conv2d", "depthwise_conv2d")
+_TO_NHWC, _TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+# Ops that compute each element from the same element of their input(s): layout does not matter.
+_POINTWISE = frozenset({
+    "relu", "relu6", "sigmoid", "tanh", "hard_swish", "hard_sigmoid", "swish", "silu", "leaky_relu", "elu",
+    "gelu", "mish", "scale", "clip", "abs", "exp", "square", "sqrt"})
+_ELEMENTWISE = frozenset({"elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
+                          "elementwise_max", "elementwise_min"})
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _readers(program: Program) -> dict[str, list[Operator]]:
+    """Variable name → every op (in any block) that reads it."""
+    readers: dict[str, list[Operator]] = defaultdict(list)
+    for block in program.blocks:
+        for op in block.ops:
+            for name in op.input_arg_names:
+                readers[name].append(op)
+    return readers
+
+
+def _writers(program: Program) -> dict[str, int]:
+    writers: dict[str, int] = defaultdict(int)
+    for block in program.blocks:
+        for op in block.ops:
+            for name in op.output_arg_names:
+                writers[name] += 1
+    return writers
+
+
+def _scope_array(scope: Scope, name: str) -> np.ndarray | None:
+    holder = scope.find_var(name)
+    if holder is None or not holder.holds(LoDTensor):
+        return None
+    tensor = holder.get(LoDTensor)
+    return np.asarray(tensor.value()) if tensor._is_initialized() else None
+
+
+def _set_scope_array(scope: Scope, name: str, value: np.ndarray) -> None:
+    tensor = scope.var(name).get_mutable(LoDTensor)
+    tensor.set_lod([])
+    tensor.set(value)
+
+
+def _fresh_name(block, base: str) -> str:
+    name, i = base, 0
+    while block.program.global_block().find_var(name) is not None or block.find_var(name) is not None:
+        i += 1
+        name = f"{base}_{i}"
+    return name
+
+
+def _single(names: list[str]) -> str | None:
+    return names[0] if len(names) == 1 else None
+
+
+def _global_stats(op: Operator) -> bool:
+    return bool((op.attr("is_test") and not op.attr("trainable_statistics")) or op.attr("use_global_stats"))
+
+
+# -- conv + batch_norm folding ---------------------------------------------------------------------------
+def fold_conv_bn(program: Program, scope: Scope | None = None, keep: Iterable[str] = ()) -> int:
+    """Fold every inference ``batch_norm`` that follows a convolution into that convolution, in
+    place; returns how many were folded.
+
+    The folded filter and bias are new persistable variables of the global block, computed from
+    ``scope`` (the global scope by default) and written into it; the conv's original filter (and
+    bias) are left as they are in the scope. A batch norm is left alone where folding could change
+    what anything else sees: its input read elsewhere or named in ``keep``, a parameter missing
+    from the scope, training statistics, a layout that does not match the conv's.
+    """
+    scope = global_scope() if scope is None else scope
+    keep = set(keep)
+    block = program.global_block()
+    readers, writers = _readers(program), _writers(program)
+    producer = {}
+    for op in block.ops:
+        for name in op.output_arg_names:
+            producer[name] = op
+    folded = 0
+    for bn in [op for op in block.ops if op.type == "batch_norm"]:
+        plan = _fold_plan(bn, producer, readers, writers, keep, scope)
+        if plan is None:
+            continue
+        _apply_fold(block, bn, plan, scope)
+        folded += 1
+    if folded:
+        _drop_unused_persistables(program)
+    return folded
+
+
+def _only_read_by(name: str, op: Operator, readers, writers, keep) -> bool:
+    return name not in keep and writers[name] == 1 and all(r is op for r in readers.get(name, []))
+
+
+def _fold_plan(bn: Operator, producer, readers, writers, keep, scope):
+    """What folding ``bn`` needs (conv, optional bias add, arrays), or None when it must not fold."""
+    if not _global_stats(bn):
+        return None
+    x, y = _single(bn.input("X")), _single(bn.output("Y"))
+    if x is None or y is None or not _only_read_by(x, bn, readers, writers, keep):
+        return None
+    layout = bn.attr("data_layout") or "NCHW"
+    if layout not in ("NCHW", "NHWC"):
+        return None
+    # The statistics outputs: in an inference program they are Mean/Variance themselves, or
+    # temporaries nobody reads; anything else reading them would lose its producer.
+    stats_in = set(bn.input("Mean") + bn.input("Variance"))
+    for slot in ("MeanOut", "VarianceOut", "SavedMean", "SavedVariance", "ReserveSpace"):
+        for name in bn.output(slot):
+            if name not in stats_in and (readers.get(name) or name in keep):
+                return None
+    add, conv = None, producer.get(x)
+    if conv is not None and conv.type == "elementwise_add":
+        add, conv = conv, producer.get(_single(conv.input("X")) or "")
+    if conv is None or conv.type not in _CONVS or (conv.attr("data_format") or "NCHW") != layout:
+        return None
+    conv_out = _single(conv.output("Output"))
+    filter_name = _single(conv.input("Filter"))
+    if conv_out is None or filter_name is None:
+        return None
+    weight = _scope_array(scope, filter_name)
+    if weight is None or weight.ndim != 4:
+        return None
+    channels = weight.shape[0]
+    bias0 = np.zeros(channels, np.float64)
+    if add is not None:
+        if not _only_read_by(conv_out, add, readers, writers, keep):
+            return None
+        b = _conv_bias(add, producer, scope, layout, channels)
+        if b is None:
+            return None
+        bias0 = b.astype(np.float64)
+    elif not _only_read_by(conv_out, bn, readers, writers, keep):
+        return None
+    stats = {}
+    for slot in ("Scale", "Bias", "Mean", "Variance"):
+        name = _single(bn.input(slot))
+        value = None if name is None else _scope_array(scope, name)
+        if value is None and slot in ("Mean", "Variance"):
+            return None
+        if value is not None and value.size != channels:
+            return None
+        stats[slot] = None if value is None else value.reshape(channels).astype(np.float64)
+    scale = stats["Scale"] if stats["Scale"] is not None else np.ones(channels)
+    shift = stats["Bias"] if stats["Bias"] is not None else np.zeros(channels)
+    factor = scale / np.sqrt(stats["Variance"] + float(bn.attr("epsilon", 1e-5)))
+    new_weight = (weight.astype(np.float64) * factor[:, None, None, None]).astype(weight.dtype)
+    new_bias = ((bias0 - stats["Mean"]) * factor + shift).astype(weight.dtype)
+    return {"conv": conv, "add": add, "conv_out": conv_out, "filter": filter_name, "x": x, "y": y,
+            "weight": new_weight, "bias": new_bias, "axis": 1 if layout == "NCHW" else 3}
+
+
+def _conv_bias(add: Operator, producer, scope: Scope, layout: str, channels: int) -> np.ndarray | None:
+    """The per-channel bias ``add`` adds to the conv output, or None when it is not one: a
+    persistable vector at the channel axis (Fluid's ``elementwise_add(axis=1)``), or — as
+    ``paddle.nn.Conv2D`` saves it — that vector ``reshape2``d to [1, C, 1, 1] and added with axis -1."""
+    name = _single(add.input("Y"))
+    if name is None:
+        return None
+    value = _scope_array(scope, name)
+    source = producer.get(name)
+    if value is None and source is not None and source.type in ("reshape2", "unsqueeze2"):
+        value = _scope_array(scope, _single(source.input("X")) or "")
+        if value is not None and source.input("Shape") + source.input("ShapeTensor") + source.input("AxesTensor") \
+                + source.input("AxesTensorList"):
+            return None  # a shape known only at run time
+    var = add.block.find_var(name)
+    if value is None or value.size != channels or var is None:
+        return None
+    shape, axis = tuple(var.shape), add.attr("axis", -1)
+    channel_shape = (1, channels, 1, 1) if layout == "NCHW" else (1, 1, 1, channels)
+    if len(shape) == 1:
+        aligned = axis == (1 if layout == "NCHW" else 3) or (layout == "NHWC" and axis == -1)
+    else:
+        aligned = shape == channel_shape and axis in (-1, 0)
+    return value.reshape(channels) if aligned else None
+
+
+def _apply_fold(block, bn: Operator, plan, scope: Scope) -> None:
+    filter_name = plan["filter"]
+    w_name = _fresh_name(block, f"{filter_name}.bn_folded")
+    b_name = _fresh_name(block, f"{filter_name}.bn_folded_bias")
+    for name, value in ((w_name, plan["weight"]), (b_name, plan["bias"])):
+        block.create_var(name, value.shape, value.dtype.name, persistable=True)
+        _set_scope_array(scope, name, value)
+    plan["conv"].inputs["Filter"] = [w_name]
+    add = plan["add"]
+    if add is not None:
+        add.inputs["Y"] = [b_name]
+        add.outputs["Out"] = [plan["y"]]
+        add.set_attr("axis", plan["axis"])
+        block.remove_op(block.ops.index(bn))
+        return
+    index = block.ops.index(bn)
+    block.remove_op(index)
+    block.insert_op(index, "elementwise_add", {"X": [plan["conv_out"]], "Y": [b_name]}, {"Out": [plan["y"]]},
+                    {"axis": plan["axis"]})
+
+
+def _drop_unused_persistables(program: Program) -> None:
+    """Forget the declarations of persistable variables no op reads or writes any more (the BN
+    statistics and the unfolded filters): a save of the optimized program writes only what it uses."""
+    used = set()
+    for block in program.blocks:
+        for op in block.ops:
+            used.update(op.input_arg_names)
+            used.update(op.output_arg_names)
+    block = program.global_block()
+    for name in [n for n, v in block.vars.items() if v.persistable and n not in used
+                 and n not in ("feed", "fetch")]:
+        del block.vars[name]
+
+
+# -- NCHW → NHWC ------------------------------------------------------------------------------------------
+def _is_image(block, name: str | None) -> bool:
+    var = block.find_var(name) if name else None
+    return var is not None and len(var.shape) == 4
+
+
+def _layout_role(op: Operator, block, nhwc: set[str]) -> str | None:
+    """How ``op`` moves to NHWC: "anchor" (a conv/pool/bn that turns channel-last by an attr),
+    "pointwise"/"binary"/"bias" (follows its input's layout), or None (stays as it is)."""
+    t = op.type
+    if t in _CONVS and (op.attr("data_format") or "NCHW") == "NCHW" and _is_image(block, _single(op.input("Input"))):
+        return "anchor"
+    if t == "pool2d" and (op.attr("data_format") or "NCHW") == "NCHW" and _is_image(block, _single(op.input("X"))):
+        return "anchor"
+    if t == "batch_norm" and (op.attr("data_layout") or "NCHW") == "NCHW" and _is_image(block, _single(op.input("X"))):
+        return "anchor"
+    if t in _POINTWISE:
+        x = _single(op.input("X"))
+        return "pointwise" if x in nhwc and len(op.output_arg_names) == 1 else None
+    if t in _ELEMENTWISE:
+        x, y = _single(op.input("X")), _single(op.input("Y"))
+        if x is None or y is None or not (x in nhwc or y in nhwc):
+            return None
+        if _is_image(block, x) and _is_image(block, y) and op.attr("axis", -1) in (-1, 0):
+            return "binary"
+        var = block.find_var(y)
+        if x in nhwc and var is not None and len(var.shape) == 1 and op.attr("axis", -1) == 1:
+            return "bias"
+    return None
+
+
+_IMAGE_SLOTS = {"conv2d": ("Input", "Output"), "depthwise_conv2d": ("Input", "Output"), "pool2d": ("X", "Out"),
+                "batch_norm": ("X", "Y")}
+
+
+def to_nhwc(program: Program, keep: Iterable[str] = ()) -> int:
+    """Run the global block's NCHW conv/pool/batch-norm chains channel-last, in place; returns the
+    number of ops moved to NHWC. Every value read outside a chain (by another op, a ``fetch``, or
+    named in ``keep``) is transposed back to NCHW under its own name right after it is made."""
+    keep = set(keep)
+    block = program.global_block()
+    writers = _writers(program)
+    # Pass 1 (in program order): which ops move, and which values they make channel-last.
+    moved: dict[int, str] = {}
+    nhwc: set[str] = set()
+    for op in block.ops:
+        role = _layout_role(op, block, nhwc)
+        if role is None:
+            continue
+        if any(writers[n] != 1 for n in op.output_arg_names):
+            continue  # a value written twice: its layout would depend on which write ran
+        moved[id(op)] = role
+        image_out = _IMAGE_SLOTS.get(op.type, (None, "Out"))[1]
+        nhwc.update(op.output(image_out))
+    if not moved:
+        return 0
+    # Which channel-last values are read by an op that did not move (or kept): those get an
+    # NCHW copy under their original name.
+    needs_nchw = set(keep) & nhwc
+    for b in program.blocks:
+        for op in b.ops:
+            if id(op) in moved and b is block:
+                continue
+            needs_nchw.update(n for n in op.input_arg_names if n in nhwc)
+    # Pass 2: rename channel-last values, flip the attrs, insert the edge transposes.
+    renamed: dict[str, str] = {}
+    new_ops: list[tuple[str, dict, dict, dict]] = []
+    ops = list(block.ops)
+    index = 0
+    for op in ops:
+        role = moved.get(id(op))
+        if role is None:
+            index += 1
+            continue
+        in_slot, out_slot = _IMAGE_SLOTS.get(op.type, ("X", "Out"))
+        image_inputs = [in_slot] if role != "binary" else ["X", "Y"]
+        for slot in image_inputs:
+            name = _single(op.input(slot))
+            if name in renamed:
+                op.inputs[slot] = [renamed[name]]
+            else:
+                # Entering a chain: transpose this op's NCHW input once, here.
+                new = _transpose(block, index, name, _TO_NHWC, _fresh_name(block, f"{name}.nhwc"))
+                renamed[name] = new
+                op.inputs[slot] = [new]
+                index += 1
+        if role == "anchor":
+            op.set_attr("data_layout" if op.type == "batch_norm" else "data_format", "NHWC")
+        elif role in ("binary",):
+            op.set_attr("axis", -1)
+        elif role == "bias":
+            op.set_attr("axis", 3)
+        out = _single(op.output(out_slot))
+        new_out = _fresh_name(block, f"{out}.nhwc")
+        var = block.var(out)
+        block.create_var(new_out, [var.shape[i] for i in _TO_NHWC], var.dtype, var.lod_level)
+        op.outputs[out_slot] = [new_out]
+        renamed[out] = new_out
+        index += 1
+        if out in needs_nchw:
+            _transpose(block, index, new_out, _TO_NCHW, out)
+            index += 1
+    return len(moved)
+
+
+def _transpose(block, index: int, src: str, perm: list[int], dst: str) -> str:
+    """Insert ``dst = transpose2(src, perm)`` at ``index`` (creating ``dst`` if new); returns dst."""
+    var = block.var(src)
+    if block.find_var(dst) is None:
+        block.create_var(dst, [var.shape[i] for i in perm], var.dtype, var.lod_level)
+    xshape = _fresh_name(block, f"{dst}.xshape")
+    block.create_var(xshape, (0, *var.shape), var.dtype)
+    block.insert_op(index, "transpose2", {"X": [src]}, {"Out": [dst], "XShape": [xshape]}, {"axis": perm})
+    return dst
+
+
+# -- everything ------------------------------------------------------------------------------------------
+def optimize_inference(program: Program, scope: Scope | None = None, *, fold: bool = True,
+                       layout: str | None = "NHWC", keep: Iterable[str] = ()) -> Program:
+    """A copy of the inference ``program`` (a ``clone(for_test=True)`` or a loaded model) with
+    conv+batch_norm folded (``fold``) and conv chains run in ``layout`` ("NHWC", or None to leave
+    the layout alone). The folded parameters are written into ``scope`` (the global scope by
+    default) under new names; ``program`` and the scope's existing values are not changed.
+    Results equal the original program's to float32 rounding (1e-5).
+
+    >>> # fast = fj.passes.optimize_inference(main.clone(for_test=True))
+    >>> # out, = exe.run(fast, feed={"image": xs}, fetch_list=[prediction.name])
+    """
+    if layout not in (None, "NHWC", "NCHW"):
+        raise ValueError(f"layout must be 'NHWC', 'NCHW' or None, got {layout!r}")
+    scope = global_scope() if scope is None else scope
+    keep = list(keep)
+    new = program.clone()
+    if fold:
+        try:
+            fold_conv_bn(new, scope, keep)
+        except UninitializedVariableError:
+            pass
+    if layout == "NHWC":
+        to_nhwc(new, keep)
+    return new
+
+
+def recommended_xla_flags() -> str:
+    """``XLA_FLAGS`` measured to help CNN inference on CPU (see ``docs/inference.md``). They only
+    take effect when set before JAX initializes its CPU backend, e.g.
+    ``XLA_FLAGS="$(python -c 'import fluidjax.passes as p; print(p.recommended_xla_flags())')" python serve.py``.
+    """
+    return "--xla_cpu_use_thunk_runtime=true"

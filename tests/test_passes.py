@@ -1,0 +1,223 @@
+"""fj.passes: conv+batch_norm folding and the NHWC layout pass give the unpassed program's and
+Paddle's results (1e-5), remove every batch_norm, and leave the training state alone."""
+
+import os
+
+import numpy as np
+import pytest
+
+import fluidjax as fj
+import fluidjax.io as fio
+from fluidjax import layer
+from fluidjax import passes
+
+os.environ.setdefault("GLOG_minloglevel", "2")
+import paddle  # noqa: E402  (after fluidjax: the other order segfaults)
+
+
+def _rel_err(got, want):
+    return float(np.max(np.abs(np.asarray(got, np.float64) - want)) / (np.max(np.abs(want)) + 1e-30))
+
+
+def _op_types(program):
+    return [op.type for op in program.global_block().ops]
+
+
+def _randomize_bn(model, seed):
+    """Batch norms with random statistics and affine parameters (not the identity)."""
+    rng = np.random.default_rng(seed)
+    for sub in model.sublayers():
+        if isinstance(sub, paddle.nn.BatchNorm2D):
+            c = sub._mean.shape[0]
+            sub._mean.set_value(rng.normal(0, 0.5, c).astype("float32"))
+            sub._variance.set_value(rng.uniform(0.5, 2.0, c).astype("float32"))
+            sub.weight.set_value(rng.uniform(0.5, 1.5, c).astype("float32"))
+            sub.bias.set_value(rng.normal(0, 0.5, c).astype("float32"))
+
+
+class _SmallCNN(paddle.nn.Layer):
+    """conv(+bias) → bn → relu → pool → depthwise conv → bn → relu6, a residual add, a 1×1 conv
+    → bn, global pool, fc."""
+
+    def __init__(self):
+        super().__init__()
+        nn = paddle.nn
+        self.conv1, self.bn1 = nn.Conv2D(3, 8, 3, padding=1), nn.BatchNorm2D(8)
+        self.dw, self.bn2 = nn.Conv2D(8, 8, 3, padding=1, groups=8, bias_attr=False), nn.BatchNorm2D(8)
+        self.pw, self.bn3 = nn.Conv2D(8, 6, 1, bias_attr=False), nn.BatchNorm2D(6)
+        self.fc = nn.Linear(6, 5)
+
+    def forward(self, x):
+        y = paddle.nn.functional.max_pool2d(paddle.nn.functional.relu(self.bn1(self.conv1(x))), 2)
+        y = y + paddle.nn.functional.relu6(self.bn2(self.dw(y)))
+        y = self.bn3(self.pw(y))
+        y = paddle.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
+        return self.fc(y)
+
+
+def _save(model, path, size):
+    model.eval()
+    spec = [paddle.static.InputSpec([None, 3, size, size], "float32", "image")]
+    paddle.jit.save(model, path, input_spec=spec)
+
+
+def _paddle_run(prefix, xs):
+    paddle.enable_static()
+    try:
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            program, feeds, fetches = paddle.static.load_inference_model(prefix, exe)
+            out, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches)
+    finally:
+        paddle.disable_static()
+    return out
+
+
+def _check_model(prefix, xs, convs_with_bn):
+    want = _paddle_run(prefix, xs)
+    scope = fj.Scope()
+    exe = fj.Executor()
+    plain, feeds, fetches = fio.load_inference_model(prefix, scope=scope)
+    fast, feeds2, fetches2 = fio.load_inference_model(prefix, scope=fj.Scope(), optimize=True)
+    assert feeds == feeds2 and [v.name for v in fetches] == [v.name for v in fetches2]
+    assert "batch_norm" not in _op_types(fast)
+    assert _op_types(plain).count("batch_norm") == convs_with_bn
+    # NHWC: every conv runs channel-last; transposes only at the chain's edges.
+    convs = [op for op in fast.global_block().ops if op.type in ("conv2d", "depthwise_conv2d")]
+    assert convs and all(op.attr("data_format") == "NHWC" for op in convs)
+    assert _op_types(fast).count("transpose2") <= 3
+    base, = exe.run(plain, feed={feeds[0]: xs}, fetch_list=fetches, scope=scope)
+    fast_scope = fj.Scope()
+    fast, _, _ = fio.load_inference_model(prefix, scope=fast_scope, optimize=True)
+    got, = exe.run(fast, feed={feeds[0]: xs}, fetch_list=fetches2, scope=fast_scope)
+    assert _rel_err(base, want) < 1e-5
+    assert _rel_err(got, base) < 1e-5
+    assert _rel_err(got, want) < 1e-5
+
+
+def test_small_cnn_with_random_bn_folds_and_matches_paddle(tmp_path):
+    paddle.disable_static()
+    paddle.seed(3)
+    model = _SmallCNN()
+    _randomize_bn(model, 1)
+    prefix = str(tmp_path / "cnn")
+    _save(model, prefix, 16)
+    xs = np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    _check_model(prefix, xs, convs_with_bn=3)
+    _check_model(prefix, xs[:1], convs_with_bn=3)
+
+
+def test_resnet18_folds_and_matches_paddle(tmp_path):
+    paddle.disable_static()
+    paddle.seed(4)
+    model = paddle.vision.models.resnet18(num_classes=10)
+    _randomize_bn(model, 2)
+    prefix = str(tmp_path / "resnet18")
+    _save(model, prefix, 32)
+    xs = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    _check_model(prefix, xs, convs_with_bn=20)
+
+
+def test_each_pass_alone_is_exact_and_the_input_program_is_unchanged(tmp_path):
+    paddle.disable_static()
+    paddle.seed(5)
+    model = _SmallCNN()
+    _randomize_bn(model, 3)
+    prefix = str(tmp_path / "cnn")
+    _save(model, prefix, 8)
+    scope = fj.Scope()
+    program, feeds, fetches = fio.load_inference_model(prefix, scope=scope)
+    before = program.serialize()
+    xs = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    exe = fj.Executor()
+    base, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches, scope=scope)
+    folded = passes.optimize_inference(program, scope, layout=None)
+    nhwc = passes.optimize_inference(program, scope, fold=False)
+    assert program.serialize() == before
+    assert "batch_norm" not in _op_types(folded) and "transpose2" not in _op_types(folded)
+    assert _op_types(nhwc).count("batch_norm") == 3
+    assert all(op.attr("data_layout") == "NHWC" for op in nhwc.global_block().ops if op.type == "batch_norm")
+    for prog in (folded, nhwc):
+        got, = exe.run(prog, feed={feeds[0]: xs}, fetch_list=fetches, scope=scope)
+        assert _rel_err(got, base) < 1e-5
+
+
+def test_keep_preserves_an_intermediate_in_nchw(tmp_path):
+    paddle.disable_static()
+    paddle.seed(6)
+    model = _SmallCNN()
+    _randomize_bn(model, 4)
+    prefix = str(tmp_path / "cnn")
+    _save(model, prefix, 8)
+    scope = fj.Scope()
+    program, feeds, fetches = fio.load_inference_model(prefix, scope=scope)
+    relu = next(op for op in program.global_block().ops if op.type == "relu").output("Out")[0]
+    xs = np.random.default_rng(3).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    exe = fj.Executor()
+    want, = exe.run(program, feed={feeds[0]: xs}, fetch_list=[relu], scope=scope)
+    fast = passes.optimize_inference(program, scope, keep=[relu])
+    got, = exe.run(fast, feed={feeds[0]: xs}, fetch_list=[relu], scope=scope)
+    assert got.shape == want.shape == (2, 8, 8, 8)
+    assert _rel_err(got, want) < 1e-5
+
+
+def _fj_cnn():
+    img = layer.data("img", shape=[3, 8, 8])
+    label = layer.data("label", shape=[1], dtype="int64")
+    conv = layer.conv2d(img, num_filters=4, filter_size=3, padding=1)        # with its bias add
+    bn = layer.batch_norm(conv, activation="relu")
+    conv2 = layer.conv2d(bn, num_filters=4, filter_size=3, padding=1, bias_attr=False)
+    bn2 = layer.batch_norm(conv2)
+    pool = layer.pool2d(bn2, pool_size=2, pool_stride=2)
+    prob = layer.fc(pool, output_size=5, activation="softmax")
+    loss = layer.mean(layer.cross_entropy(prob, label))
+    fj.optimizer.Adam(learning_rate=0.01).minimize(loss)
+    return prob, loss
+
+
+def _persistables(program, scope):
+    return {v.name: np.array(scope.find_var(v.name).get_tensor().numpy()) for v in program.list_vars()
+            if v.persistable and scope.find_var(v.name) is not None
+            and scope.find_var(v.name).get_tensor()._is_initialized()}
+
+
+def test_training_program_sharing_the_scope_is_unaffected():
+    prob, loss = _fj_cnn()
+    main = fj.default_main_program()
+    exe = fj.Executor()
+    exe.run(fj.default_startup_program())
+    rng = np.random.default_rng(7)
+
+    def batch():
+        return {"img": rng.standard_normal((4, 3, 8, 8)).astype(np.float32),
+                "label": rng.integers(0, 5, (4, 1)).astype(np.int64)}
+
+    for _ in range(3):  # moving statistics away from (0, 1)
+        exe.run(main, feed=batch(), fetch_list=[loss])
+    main_bytes = main.serialize()
+    state = _persistables(main, fj.global_scope())
+    test = main.clone(for_test=True)
+    fast = passes.optimize_inference(test)
+    assert "batch_norm" not in _op_types(fast) and "batch_norm" in _op_types(test)
+    # The scope's parameters and statistics, and the training program, are as they were.
+    assert main.serialize() == main_bytes
+    after = _persistables(main, fj.global_scope())
+    assert state.keys() == after.keys()
+    for name in state:
+        np.testing.assert_array_equal(after[name], state[name], err_msg=name)
+    xs = batch()
+    want, = exe.run(test, feed={"img": xs["img"]}, fetch_list=[prob.name])
+    got, = exe.run(fast, feed={"img": xs["img"]}, fetch_list=[prob.name])
+    assert _rel_err(got, want) < 1e-5
+    # Training goes on with the original parameters; re-optimizing picks up the new statistics.
+    exe.run(main, feed=batch(), fetch_list=[loss])
+    want2, = exe.run(test, feed={"img": xs["img"]}, fetch_list=[prob.name])
+    assert _rel_err(want2, want) > 1e-6
+    got2, = exe.run(passes.optimize_inference(test), feed={"img": xs["img"]}, fetch_list=[prob.name])
+    assert _rel_err(got2, want2) < 1e-5
+
+
+def test_layout_argument_is_checked():
+    with pytest.raises(ValueError, match="layout"):
+        passes.optimize_inference(fj.Program(), fj.Scope(), layout="NCWH")
