@@ -32,7 +32,7 @@ from .layer_helper import LayerHelper
 from .layers import fill_constant
 
 __all__ = ["lod_rank_table", "max_sequence_len", "lod_tensor_to_array", "array_to_lod_tensor",
-           "reorder_lod_tensor_by_rank", "shrink_memory", "DynamicRNN", "beam_search"]
+           "reorder_lod_tensor_by_rank", "shrink_memory", "DynamicRNN", "beam_search", "beam_search_decode"]
 
 LOD_RANK_TABLE = 12      # Paddle's VarType.LOD_RANK_TABLE
 
@@ -284,3 +284,16 @@ def beam_search(pre_ids: Variable, pre_scores: Variable, ids: Variable | None, s
     if return_parent_idx:
         return selected_ids, selected_scores, parent_idx
     return selected_ids, selected_scores
+
+
+def beam_search_decode(ids: Variable, scores: Variable, beam_size: int, end_id: int, name: str | None = None):
+    """The sentences a beam search found, backtracked through ``ids`` / ``scores`` (arrays of each
+    step's ``beam_search`` results): ``(sentence_ids, sentence_scores)``, LoD tensors whose two
+    levels are sources → sentences → words, each source's sentences best first."""
+    helper = LayerHelper("beam_search_decode", name=name)
+    sentence_ids = helper.create_tmp("int64", stop_gradient=True)
+    sentence_scores = helper.create_tmp(scores.dtype, stop_gradient=True)
+    helper.append_op("beam_search_decode", {"Ids": ids, "Scores": scores},
+                     {"SentenceIds": sentence_ids, "SentenceScores": sentence_scores},
+                     {"beam_size": int(beam_size), "end_id": int(end_id)})
+    return sentence_ids, sentence_scores

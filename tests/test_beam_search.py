@@ -52,3 +52,52 @@ def test_beam_search_matches_paddle_on_random_beams(seed):
         np.testing.assert_array_equal(np.asarray(a).reshape(-1), np.array(b).reshape(-1), err_msg=name)
     for a, b in zip(ours[:2], theirs[:2]):
         assert a.lod() == [list(level) for level in b.lod()]
+
+
+# Four steps of two source sentences, beam 2 (offsets): step 0 the start words; step 1 two
+# candidates per source; step 2 source 0's second beam ends (end_id 0); step 3 source 0 is pruned
+# (no candidates), so its sentences start at step 2, source 1's at step 3.
+DECODE_STEPS = [
+    ([[0, 1, 2], [0, 1, 2]], [1, 1], [0.0, 0.0]),
+    ([[0, 1, 2], [0, 2, 4]], [3, 5, 7, 2], [-0.1, -0.5, -0.3, -0.2]),
+    ([[0, 2, 4], [0, 1, 2, 4, 4]], [4, 0, 6, 8], [-0.4, -0.6, -0.5, -0.35]),
+    ([[0, 2, 4], [0, 0, 0, 1, 2]], [9, 10], [-0.6, -0.7]),
+]
+
+
+def _lengths(offsets):
+    return [[b - a for a, b in zip(level, level[1:])] for level in offsets]
+
+
+def test_beam_search_decode_matches_paddle():
+    import paddle_oracle as po
+
+    main, startup = fj.Program(), fj.Program()
+    feed, lods = {}, {}
+    with fj.program_guard(main, startup):
+        ids_array = layer.create_array("int64")
+        scores_array = layer.create_array("float32")
+        for t, (offsets, ids, scores) in enumerate(DECODE_STEPS):
+            i = layer.fill_constant([1], "int64", t)
+            layer.array_write(layer.data(f"ids_{t}", dims=1, dtype="int64", lod_level=2), i, ids_array)
+            layer.array_write(layer.data(f"scores_{t}", dims=1, lod_level=2), i, scores_array)
+            feed[f"ids_{t}"] = np.array(ids, "int64").reshape(-1, 1)
+            feed[f"scores_{t}"] = np.array(scores, "float32").reshape(-1, 1)
+            lods[f"ids_{t}"] = lods[f"scores_{t}"] = _lengths(offsets)
+        sentence_ids, sentence_scores = layer.beam_search_decode(ids_array, scores_array, beam_size=2, end_id=0)
+    fetch = [sentence_ids.name, sentence_scores.name]
+    ours_feed = {}
+    for name, value in feed.items():
+        tensor = fj.LoDTensor(value)
+        tensor.set_recursive_sequence_lengths(lods[name])
+        ours_feed[name] = tensor
+    ours = fj.Executor().run(main, feed=ours_feed, fetch_list=fetch, scope=fj.Scope(), return_numpy=False)
+    theirs = po.run_lod(main.serialize(), feed, fetch, lods=lods)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(np.asarray(a).reshape(-1), np.array(b).reshape(-1))
+        assert a.lod() == [list(level) for level in b.lod()]
+    # traced by hand: source 0 from step 2 (1 3 4 and 1 5 0: its second beam ended), source 1
+    # from step 3 (both its beams continue candidate 1 of step 1, id 7), best final score first
+    np.testing.assert_array_equal(np.asarray(ours[0]).reshape(-1), [1, 3, 4, 1, 5, 0, 1, 7, 6, 9, 1, 7, 8, 10])
+    assert ours[0].lod() == [[0, 2, 4], [0, 3, 6, 10, 14]]
+    np.testing.assert_allclose(np.asarray(ours[1]).reshape(-1)[6:10], [0.0, -0.3, -0.5, -0.6])

@@ -222,7 +222,7 @@ def conditional_block_grad(ctx):
 
 
 # Sub-blocks see LoD values as they are (a DynamicRNN step pools its LoD static input).
-lod_aware("conditional_block", "while")
+lod_aware("conditional_block", "while", "write_to_array")
 
 
 # -- select_input / select_output ------------------------------------------------------------------
@@ -761,7 +761,14 @@ def _read_from_array_grad(op, out_grads, in_grads):
     grad_maker=_write_to_array_grad)
 def write_to_array(ctx):
     """Out[I] = X; the array grows to I + 1 elements when shorter (Paddle's semantics)."""
-    x = _strong(jnp.asarray(ctx.input("X")))
+    raw = ctx.input("X")
+    if isinstance(raw, LoDValue):
+        if not ctx.env.get(_IN_LOOP):          # outside loops an element keeps its LoD
+            from .lod_array import write_lod_item
+            return {"Out": write_lod_item(ctx, raw, _index(ctx), ctx.env.get(ctx.op.output("Out")[0]),
+                                          _static_index(ctx))}
+        raw = raw.data
+    x = _strong(jnp.asarray(raw))
     i = _index(ctx)
     name = ctx.op.output("Out")[0]
     array = ctx.env.get(name)
@@ -793,6 +800,9 @@ def read_from_array(ctx):
     """Out = X[I]; an index at or past the array's length reads zeros (Paddle: an error)."""
     array = _array(ctx, ctx.input("X"), "X")
     i = _index(ctx)
+    if isinstance(array.buffer, LoDValue):
+        from .lod_array import read_lod_item
+        return {"Out": read_lod_item(array, i)}
     element = lax.dynamic_index_in_dim(array.buffer, jnp.clip(i, 0, array.capacity - 1), keepdims=False)
     return {"Out": jnp.where((i >= 0) & (i < array.length), element, jnp.zeros_like(element))}
 

@@ -27,7 +27,7 @@ from jax import lax
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
-from ..lod_value import LoDValue
+from ..lod_value import LoDValue, bucket
 from ..lower import lod_aware
 from .control_flow import TensorArray
 
@@ -259,3 +259,148 @@ def shrink_rnn_memory(ctx):
 
 lod_aware("lod_rank_table", "lod_tensor_to_array", "array_to_lod_tensor", "reorder_lod_tensor_by_rank",
           "shrink_rnn_memory")
+
+
+# -- arrays of LoD elements (written outside loops) ---------------------------------------------------
+# An array whose elements are LoD tensors (beam search's per-step ids and scores) holds them as one
+# LoDValue buffer: data [capacity, rows, ...] and each level's offsets [capacity, entries]. Elements
+# with fewer rows or inner-level entries are padded (zero rows; inner levels repeat their last
+# offset, i.e. empty sequences at the end); every element's outermost level has one length.
+def _pad_axis(a, size: int, axis: int, edge: bool = False):
+    extra = size - a.shape[axis]
+    if extra <= 0:
+        return a
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(a, widths, mode="edge" if edge else "constant")
+
+
+def write_lod_item(ctx, x: LoDValue, i, array, static_index):
+    """``array`` (a TensorArray with a LoDValue buffer, or None) with ``x`` written at ``i``."""
+    data = jnp.asarray(x.data)
+    offsets = [jnp.asarray(o, jnp.int32) for o in x.offsets]
+    if isinstance(array, TensorArray) and not isinstance(array.buffer, LoDValue):
+        raise OpRuntimeError(f"{_where(ctx)}: the array holds plain tensors; X is a LoD tensor")
+    if not isinstance(array, TensorArray):
+        capacity = static_index + 1 if static_index is not None else 1
+        buffer = LoDValue(jnp.zeros((capacity,) + data.shape, data.dtype),
+                          [jnp.zeros((capacity,) + o.shape, jnp.int32) for o in offsets])
+        length = jnp.zeros((), jnp.int32)
+    else:
+        buffer, length = array.buffer, array.length
+        if len(buffer.offsets) != len(offsets):
+            raise OpRuntimeError(f"{_where(ctx)}: the array's elements have {len(buffer.offsets)} LoD levels, "
+                                 f"X has {len(offsets)}")
+        if buffer.offsets[0].shape[1] != offsets[0].shape[0]:
+            raise OpRuntimeError(f"{_where(ctx)}: the array's elements have {buffer.offsets[0].shape[1] - 1} "
+                                 f"top-level sequences, X has {offsets[0].shape[0] - 1}; under XLA they must agree")
+        capacity = buffer.data.shape[0]
+        needed = static_index + 1 if static_index is not None else capacity + 1
+        if needed > capacity:
+            grow = needed - capacity
+            buffer = LoDValue(_pad_axis(buffer.data, needed, 0),
+                              [jnp.concatenate([o, jnp.zeros((grow,) + o.shape[1:], o.dtype)]) for o in buffer.offsets])
+            capacity = needed
+    # one row count and one length per level for every element: pad the smaller side
+    rows = max(buffer.data.shape[1], data.shape[0])
+    stored = _pad_axis(buffer.data, rows, 1)
+    data = _pad_axis(data, rows, 0)
+    levels_old, levels_new = [], []
+    for old, new in zip(buffer.offsets, offsets):
+        n = max(old.shape[1], new.shape[0])
+        levels_old.append(_pad_axis(old, n, 1, edge=True))
+        levels_new.append(_pad_axis(new, n, 0, edge=True))
+    stored = stored.at[i].set(data.astype(stored.dtype), mode="drop")
+    levels = [o.at[i].set(n, mode="drop") for o, n in zip(levels_old, levels_new)]
+    length = jnp.minimum(jnp.maximum(length, i + 1), capacity).astype(jnp.int32)
+    return TensorArray(LoDValue(stored, levels), length)
+
+
+def read_lod_item(array, i) -> LoDValue:
+    """Element ``i`` of an array of LoD elements."""
+    buffer = array.buffer
+    k = jnp.clip(i, 0, buffer.data.shape[0] - 1)
+    return LoDValue(buffer.data[k], tuple(o[k] for o in buffer.offsets))
+
+
+# -- beam_search_decode ------------------------------------------------------------------------------
+def _decode_shape(ctx: InferShapeContext) -> None:
+    scores = ctx.input("Scores")
+    ctx.set_output("SentenceIds", (-1,), "int64", 2)
+    ctx.set_output("SentenceScores", (-1,), scores.dtype, 2)
+
+
+@op("beam_search_decode", inputs="Ids Scores", outputs="SentenceIds SentenceScores",
+    attrs={"beam_size": 0, "end_id": 0}, infer_shape=_decode_shape, grad=None)
+def beam_search_decode(ctx):
+    """Paddle's backtrace through the arrays of per-step beam_search results: from its last step
+    with candidates, each source sentence's candidates become ``beam_size`` sentences, followed
+    back through their prefixes (an ``end_id`` is kept once, at the end); the sentences of a source
+    sorted by their final score, descending. Out: ids and scores, LoD [sources -> sentences ->
+    words]; the word count is data, so the rows are padded and counted."""
+    ids_arr, scores_arr = ctx.input("Ids"), ctx.input("Scores")
+    for name, arr in (("Ids", ids_arr), ("Scores", scores_arr)):
+        if not isinstance(arr, TensorArray) or not isinstance(arr.buffer, LoDValue) or arr.buffer.lod_level != 2:
+            raise OpRuntimeError(f"{_where(ctx)}: {name} must be an array of two-level LoD tensors written "
+                                 "outside loops (beam_search's selected ids / scores of each step)")
+    beam, end_id = int(ctx.attr("beam_size")), int(ctx.attr("end_id"))
+    if beam <= 0:
+        raise OpRuntimeError(f"{_where(ctx)}: beam_size must be positive, got {beam}")
+    ids_all = ids_arr.buffer.data.reshape(ids_arr.buffer.data.shape[:2] + (-1,))[:, :, 0].astype(jnp.int64)
+    sc_all = scores_arr.buffer.data.reshape(scores_arr.buffer.data.shape[:2] + (-1,))[:, :, 0]
+    rows = min(ids_all.shape[1], sc_all.shape[1])
+    ids_all, sc_all = ids_all[:, :rows], sc_all[:, :rows]
+    top, inner = ids_arr.buffer.offsets
+    steps, sources = int(top.shape[0]), int(top.shape[1]) - 1
+    length = ids_arr.length
+    k = jnp.arange(beam, dtype=jnp.int32)[None, :]
+
+    def step(j, state):
+        started, pos, valid, words, wscores, count = state
+        t = steps - 1 - j
+        active = t < length
+        o0, o1 = top[t], inner[t]
+        first = o1[o0[:-1]]                                    # [S] first candidate of each source
+        ncand = o1[o0[1:]] - first
+        start = active & ~started & (ncand > 0)
+        c = jnp.where(start[:, None], first[:, None] + k, pos)
+        cc = jnp.clip(c, 0, rows - 1)
+        wid, wsc = ids_all[t][cc], sc_all[t][cc]
+        start_valid = k < ncand[:, None]
+        going = active & started
+        push = jnp.where(start[:, None], start_valid, going[:, None] & valid & (wid != end_id))
+        at = jnp.clip(count, 0, steps - 1)
+        one_hot = (jnp.arange(steps)[None, None, :] == at[:, :, None]) & push[:, :, None]
+        words = jnp.where(one_hot, wid[:, :, None], words)
+        wscores = jnp.where(one_hot, wsc[:, :, None], wscores)
+        count = count + push.astype(jnp.int32)
+        prefix = (jnp.searchsorted(o1, cc, side="right") - 1).astype(jnp.int32)
+        moving = start[:, None] | going[:, None]
+        pos = jnp.where(moving, prefix, pos)
+        valid = jnp.where(start[:, None], start_valid, valid)
+        return started | start, pos, valid, words, wscores, count
+
+    init = (jnp.zeros((sources,), bool), jnp.zeros((sources, beam), jnp.int32), jnp.zeros((sources, beam), bool),
+            jnp.zeros((sources, beam, steps), jnp.int64), jnp.zeros((sources, beam, steps), sc_all.dtype),
+            jnp.zeros((sources, beam), jnp.int32))
+    _, _, valid, words, wscores, count = lax.fori_loop(0, steps, step, init)
+    # a source's sentences by their final score (the first one pushed), best first
+    final = jnp.where(valid, wscores[:, :, 0], -jnp.inf)
+    order = jnp.argsort(-final, axis=1, stable=True)
+    words = jnp.take_along_axis(words, order[:, :, None], axis=1).reshape(sources * beam, steps)
+    wscores = jnp.take_along_axis(wscores, order[:, :, None], axis=1).reshape(sources * beam, steps)
+    count = jnp.take_along_axis(count, order, axis=1).reshape(-1)
+    sentence_offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(count).astype(jnp.int32)])
+    capacity = bucket(max(sources * beam * steps, 1))
+    r = jnp.arange(capacity, dtype=jnp.int32)
+    sentence = jnp.clip(jnp.searchsorted(sentence_offsets[1:], r, side="right"), 0, sources * beam - 1)
+    back = count[sentence] - 1 - (r - sentence_offsets[sentence])            # words are stored last-first
+    real = r < sentence_offsets[-1]
+    back = jnp.clip(back, 0, steps - 1)
+    out_ids = jnp.where(real, words[sentence, back], 0)
+    out_scores = jnp.where(real, wscores[sentence, back], 0)
+    source_offsets = jnp.arange(sources + 1, dtype=jnp.int32) * beam
+    inner_count = sources * beam
+    sentence_offsets = _pad_axis(sentence_offsets, bucket(inner_count) + 1, 0, edge=True)
+    lod = (source_offsets, sentence_offsets)
+    return {"SentenceIds": LoDValue(out_ids, lod), "SentenceScores": LoDValue(out_scores.astype(sc_all.dtype), lod)}

@@ -37,3 +37,14 @@ CASES = [
          {"beam_size": 2, "is_accumulated": True},
          pre_ids=np.array([[3], [4], [0], [0]], "int64")),
 ]
+
+
+def _check_decode(case):
+    # Its inputs are arrays of LoD tensors, which a one-op row cannot feed: a whole program
+    # writes four steps' results into arrays and decodes them, here and in Paddle.
+    import test_beam_search as t
+
+    t.test_beam_search_decode_matches_paddle()
+
+
+CASES.append(Case("beam_search_decode", check=_check_decode))
