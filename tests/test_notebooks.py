@@ -1,24 +1,118 @@
-"""Every notebook in notebooks/ runs top to bottom without an error."""
+"""Every notebook in notebooks/ runs top to bottom without an error and exports to HTML; the
+quickstart and digits notebooks show what they promise (the program's graph as SVG with every op,
+its summary, the curves). Also: how values, fj.train and errors behave in a notebook."""
 
+import base64
 import pathlib
+import re
+import xml.etree.ElementTree as ET
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """``executed(name) -> (notebook, html)``: each notebook run once (nbclient) and exported
+    (nbconvert), shared by the tests of this module."""
+    from nbconvert import HTMLExporter
+
+    done = {}
+
+    def run(name):
+        if name not in done:
+            nb = nbformat.read(NOTEBOOKS[[p.name for p in NOTEBOOKS].index(name)], as_version=4)
+            folder = tmp_path_factory.mktemp(name.replace(".", "_"))
+            NotebookClient(nb, timeout=600, kernel_name="python3",
+                           resources={"metadata": {"path": str(folder)}}).execute()
+            html, _ = HTMLExporter().from_notebook_node(nb)
+            done[name] = nb, html
+        return done[name]
+
+    return run
+
+
+def _outputs(nb):
+    return [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+
+
+def _graphs(html):
+    """The fj.draw SVGs in an exported page, parsed (nbconvert re-serializes inline SVG as HTML:
+    attributes sorted and lower-cased, every element closed, which still parses as XML)."""
+    inline = re.findall(r'<svg [^>]*class="fj-graph"[^>]*>.*?</svg>', html, flags=re.S)
+    # an image/svg+xml output (fj.draw's) becomes an <img> with a data URI
+    images = [base64.b64decode(b).decode() for b in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', html)]
+    return [ET.fromstring(text) for text in inline + images if 'class="fj-graph"' in text]
+
+
+def _drawn_ops(svg):
+    return sorted((int(g.get("data-index")), g.get("data-op")) for g in svg.iter(SVG_NS + "g")
+                  if g.get("data-kind") == "op")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path):
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+def test_notebook_runs_and_exports_to_html(path, executed):
+    nb, html = executed(path.name)
+    outputs = _outputs(nb)
     assert not [o for o in outputs if o.get("output_type") == "error"]
-    html = [o for o in outputs if "text/html" in o.get("data", {})]
-    assert any("fc_0.w_0" in o["data"]["text/html"] for o in html), "the program's HTML table is shown"
+    # every plot of the notebook is in the page
+    pngs = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+    for png in pngs:
+        assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.strip()[:200] in html.replace("\n", "")
+
+
+def _seed_program():
+    """The program the quickstart builds (the design guide's example)."""
+    import fluidjax as fj
+    from fluidjax import layer
+
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = layer.data("images", input_size=64 * 64)
+        y = layer.fc(x, output_size=100, activation="softmax")
+        lab = layer.data("label", dims=10)
+        layer.mean(layer.cross_entropy(y, lab))
+    return main
+
+
+@pytest.mark.slow
+def test_quickstart_shows_the_graph_the_summary_and_the_loss_curve(executed):
+    nb, html = executed("quickstart.ipynb")
+    outputs = _outputs(nb)
+    tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert any("fc_0.w_0" in t for t in tables), "the program's HTML table is shown"
     assert any("image/png" in o.get("data", {}) for o in outputs), "the loss curve is plotted"
+    assert any("<table class='fj-summary'>" in t for t in tables), "the summary is shown"
+    graphs = _graphs(html)
+    # the program's own view (graph beside the tables) and fj.draw's output
+    assert len(graphs) >= 2
+    seed_ops = [(i, op.type) for i, op in enumerate(_seed_program().global_block().ops)]
+    assert all(_drawn_ops(g) == seed_ops for g in graphs)
+    params = {g.get("data-var") for g in graphs[-1].iter(SVG_NS + "g") if g.get("data-kind") == "param"}
+    assert params == {"fc_0.w_0", "fc_0.b_0"}
+
+
+@pytest.mark.slow
+def test_digits_trains_lenet_to_95_percent_and_shows_it(executed):
+    nb, html = executed("digits.ipynb")
+    outputs = _outputs(nb)
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    accuracy = float(re.search(r"test accuracy ([0-9.]+)", text).group(1))
+    assert accuracy >= 0.95
+    graphs = _graphs(html)
+    ops = [op for g in graphs for _, op in _drawn_ops(g)]
+    assert {"conv2d", "pool2d", "relu", "mul", "softmax_with_cross_entropy"} <= set(ops)
+    groups = {g.get("data-label") for svg in graphs for g in svg.iter(SVG_NS + "g") if g.get("data-kind") == "group"}
+    assert {"conv2d_0", "conv2d_1", "fc_0", "fc_1"} <= groups, "the collapsed graph folds each layer"
+    # samples, the training curves (live plot and history.plot()), the confusion matrix
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
+    assert re.search(r"<table class=[\"']fj-summary", html)
 
 
 def test_there_is_a_quickstart_notebook():
