@@ -221,3 +221,37 @@ def test_training_program_sharing_the_scope_is_unaffected():
 def test_layout_argument_is_checked():
     with pytest.raises(ValueError, match="layout"):
         passes.optimize_inference(fj.Program(), fj.Scope(), layout="NCWH")
+
+
+@pytest.mark.parametrize("fmt,strides,paddings,dilations,algo", [
+    ("NCHW", [2, 2], [1, 1], [1, 1], "EXPLICIT"),
+    ("NHWC", [1, 2], [0, 1, 2, 1], [2, 1], "EXPLICIT"),
+    ("NCHW", [2, 1], [0, 0], [1, 1], "SAME"),
+    ("NHWC", [1, 1], [0, 0], [1, 1], "VALID"),
+])
+def test_depthwise_conv_by_shifts_matches_paddle(fmt, strides, paddings, dilations, algo):
+    """depthwise_conv2d (one filter per channel) is lowered as shifted slices times weights, not as
+    XLA's grouped convolution; Paddle's kernel is the oracle, with its gradients through JAX."""
+    rng = np.random.default_rng(8)
+    c = 5
+    x = rng.standard_normal((2, c, 9, 10) if fmt == "NCHW" else (2, 9, 10, c)).astype(np.float32)
+    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    prog = fj.Program()
+    block = prog.global_block()
+    block.create_var("x", x.shape, "float32")
+    block.create_var("w", w.shape, "float32", persistable=True)
+    block.create_var("y", (), "float32")
+    block.append_op("depthwise_conv2d", {"Input": ["x"], "Filter": ["w"]}, {"Output": ["y"]},
+                    {"groups": c, "strides": strides, "paddings": paddings, "dilations": dilations,
+                     "padding_algorithm": algo, "data_format": fmt})
+    scope = fj.Scope()
+    scope.var("w").get_tensor().set(w)
+    got, = fj.Executor().run(prog, feed={"x": x}, fetch_list=["y"], scope=scope)
+    paddle.disable_static()
+    pad = algo if algo != "EXPLICIT" else (paddings if len(paddings) == 2 else
+                                             [[0, 0], [0, 0], paddings[:2], paddings[2:]] if fmt == "NCHW"
+                                             else [[0, 0], paddings[:2], paddings[2:], [0, 0]])
+    want = paddle.nn.functional.conv2d(paddle.to_tensor(x), paddle.to_tensor(w), stride=strides, padding=pad,
+                                       dilation=dilations, groups=c, data_format=fmt).numpy()
+    assert got.shape == want.shape
+    assert _rel_err(got, want) < 1e-5

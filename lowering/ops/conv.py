@@ -114,12 +114,38 @@ def _dimension_numbers(channel_last: bool):
     return ("NHWC", "OIHW", "NHWC") if channel_last else ("NCHW", "OIHW", "NCHW")
 
 
+def _depthwise_by_shifts(x, w, strides, pads, dil, last: bool):
+    """A depthwise convolution (one filter per channel) as a sum of kh·kw shifted, strided slices
+    of the padded input, each times its per-channel weight. XLA's CPU grouped convolution with
+    groups == channels is 5-20x slower than this (docs/inference.md: MobileNetV2)."""
+    h_axis, w_axis = (1, 2) if last else (2, 3)
+    pad_cfg = [(0, 0)] * 4
+    pad_cfg[h_axis], pad_cfg[w_axis] = tuple(pads[0]), tuple(pads[1])
+    xp = jnp.pad(x, pad_cfg)
+    kh, kw = w.shape[2:]
+    out_h = (xp.shape[h_axis] - (dil[0] * (kh - 1) + 1)) // strides[0] + 1
+    out_w = (xp.shape[w_axis] - (dil[1] * (kw - 1) + 1)) // strides[1] + 1
+    channel_shape = (1, 1, 1, -1) if last else (1, -1, 1, 1)
+    out = None
+    for i in range(kh):
+        for j in range(kw):
+            start, limit, step = [0] * 4, list(xp.shape), [1] * 4
+            for axis, offset, n, s in ((h_axis, i * dil[0], out_h, strides[0]), (w_axis, j * dil[1], out_w, strides[1])):
+                start[axis], limit[axis], step[axis] = offset, offset + (n - 1) * s + 1, s
+            term = lax.slice(xp, start, limit, step) * w[:, 0, i, j].reshape(channel_shape)
+            out = term if out is None else out + term
+    return out
+
+
 def _conv(ctx):
     x, w = ctx.input("Input"), ctx.input("Filter")
     last = _channel_last(ctx.attr("data_format"))
     strides = _pairs(ctx.attr("strides"), "strides")
     pads, dil = _resolve_padding(ctx.attr("paddings"), ctx.attr("padding_algorithm"), _spatial(x.shape, last),
                                  w.shape[2:], strides, _pairs(ctx.attr("dilations"), "dilations"))
+    groups = ctx.attr("groups") or 1
+    if groups > 1 and groups == _channels(x.shape, last) == w.shape[0] and w.shape[1] == 1:
+        return {"Output": _depthwise_by_shifts(x, w, strides, pads, dil, last)}
     out = lax.conv_general_dilated(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
                                    dimension_numbers=_dimension_numbers(last),
                                    feature_group_count=ctx.attr("groups") or 1)

@@ -1,0 +1,329 @@
+"""CPU inference of saved Paddle models: fluidjax (with fj.passes) against Paddle Inference
+(oneDNN on and off), Paddle's static Executor, and hand-written JAX (ResNet-18).
+
+The models — ResNet-18 and MobileNetV2 (224×224) and a transformer encoder (4 layers, d_model
+256, 64 tokens) — are built with random weights (batch-norm statistics random, not the identity)
+and saved with ``paddle.jit.save`` into a temporary directory, which is removed at the end. Every
+side loads the same files. For each model and batch size (1 and 8) the script prints the median
+time of a run and each side's ratio to fluidjax, and the time to the first result (load + compile
++ one run) of fluidjax and Paddle Inference; every side's output is checked against Paddle's
+static Executor (relative error).
+
+    .venv/bin/python benchmarks/inference.py                      # everything
+    .venv/bin/python benchmarks/inference.py --models resnet18 --batches 8 --repeat 20
+    .venv/bin/python benchmarks/inference.py --xla-flags "--xla_cpu_use_thunk_runtime=true"
+    .venv/bin/python benchmarks/inference.py --no-passes          # fluidjax without fj.passes
+    .venv/bin/python benchmarks/inference.py --cache-check        # JAX's persistent cache, 2nd process
+
+``--xla-flags`` sets ``XLA_FLAGS`` before JAX starts (flags have no effect later). Targets
+(docs/inference.md): fluidjax ≤ Paddle Inference with oneDNN at batch 8 (≤ 1.2× at batch 1),
+and ≤ 1.05× hand-written JAX. Timings on a loaded machine are noise: run it when it is quiet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = ("resnet18", "mobilenet_v2", "transformer_encoder")
+
+
+def _args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    p.add_argument("--repeat", type=int, default=10, help="timed runs per side (median reported)")
+    p.add_argument("--size", type=int, default=224, help="image size of the CNNs")
+    p.add_argument("--threads", type=int, default=2, help="Paddle Inference's CPU threads")
+    p.add_argument("--xla-flags", default=None, help="XLA_FLAGS for this process (set before JAX starts)")
+    p.add_argument("--no-passes", action="store_true", help="fluidjax without fj.passes")
+    p.add_argument("--sides", nargs="+", default=None,
+                   help="only these sides (fluidjax, pi_onednn, pi_plain, static, jax)")
+    p.add_argument("--cache-check", action="store_true",
+                   help="time to first result of fluidjax in two fresh processes sharing a persistent "
+                        "JAX compilation cache (ResNet-18, batch 1)")
+    p.add_argument("--first-result-only", default=None, help=argparse.SUPPRESS)  # the --cache-check child
+    p.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+ARGS = _args()
+if ARGS.xla_flags is not None:
+    os.environ["XLA_FLAGS"] = ARGS.xla_flags
+if ARGS.cache_dir:
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", ARGS.cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+
+import fluidjax as fj  # noqa: E402  (JAX before Paddle: the other order crashes)
+
+os.environ.setdefault("GLOG_minloglevel", "2")
+import paddle  # noqa: E402
+import paddle.inference as pi  # noqa: E402
+
+
+# -- the models, saved with paddle.jit.save --------------------------------------------------------------
+class _Encoder(paddle.nn.Layer):
+    def __init__(self, vocab=1000, d_model=256, heads=4, ffn=1024, layers=4):
+        super().__init__()
+        self.embed = paddle.nn.Embedding(vocab, d_model)
+        self.pos = paddle.nn.Embedding(512, d_model)
+        layer = paddle.nn.TransformerEncoderLayer(d_model, heads, ffn, dropout=0.1)
+        self.net = paddle.nn.TransformerEncoder(layer, layers, norm=paddle.nn.LayerNorm(d_model))
+        self.head = paddle.nn.Linear(d_model, vocab)
+
+    def forward(self, ids):
+        positions = paddle.arange(ids.shape[1], dtype="int64").unsqueeze(0)
+        pad_mask = paddle.cast(ids == 0, "float32").unsqueeze([1, 2]) * -1e9
+        return self.head(self.net(self.embed(ids) + self.pos(positions), src_mask=pad_mask))
+
+
+def _randomize_bn(model, rng):
+    for sub in model.sublayers():
+        if isinstance(sub, paddle.nn.BatchNorm2D):
+            c = sub._mean.shape[0]
+            sub._mean.set_value(rng.normal(0, 0.1, c).astype("float32"))
+            sub._variance.set_value(rng.uniform(0.5, 1.5, c).astype("float32"))
+            sub.weight.set_value(rng.uniform(0.5, 1.5, c).astype("float32"))
+            sub.bias.set_value(rng.normal(0, 0.1, c).astype("float32"))
+
+
+def save_models(directory: str, names, size: int) -> dict:
+    """{name: (path prefix, input maker, paddle model's state dict as NumPy)}."""
+    paddle.disable_static()
+    paddle.seed(0)
+    rng = np.random.default_rng(0)
+    saved = {}
+    for name in names:
+        if name == "transformer_encoder":
+            model = _Encoder()
+            spec = [paddle.static.InputSpec([None, None], "int64", "ids")]
+            make = lambda b: np.random.default_rng(b).integers(1, 1000, (b, 64)).astype(np.int64)  # noqa: E731
+        else:
+            model = getattr(paddle.vision.models, name)()
+            _randomize_bn(model, rng)
+            spec = [paddle.static.InputSpec([None, 3, size, size], "float32", "image")]
+            make = lambda b: np.random.default_rng(b).standard_normal((b, 3, size, size)).astype(np.float32)  # noqa: E731
+        model.eval()
+        prefix = os.path.join(directory, name)
+        paddle.jit.save(model, prefix, input_spec=spec)
+        saved[name] = (prefix, make, {k: v.numpy() for k, v in model.state_dict().items()})
+    paddle.enable_static()
+    return saved
+
+
+# -- the sides -------------------------------------------------------------------------------------------
+class FluidJax:
+    name = "fluidjax"
+
+    def __init__(self, prefix, passes=True):
+        self.scope = fj.Scope()
+        self.exe = fj.Executor()
+        self.program, feeds, self.fetches = fj.io.load_inference_model(prefix, scope=self.scope, optimize=passes)
+        self.feed = feeds[0]
+
+    def __call__(self, x):
+        out, = self.exe.run(self.program, feed={self.feed: x}, fetch_list=self.fetches, scope=self.scope)
+        return out
+
+
+class PaddleInference:
+    def __init__(self, prefix, onednn: bool, threads: int):
+        self.name = "pi_onednn" if onednn else "pi_plain"
+        config = pi.Config(prefix + ".pdmodel", prefix + ".pdiparams")
+        config.disable_gpu()
+        config.set_cpu_math_library_num_threads(threads)
+        config.disable_glog_info()
+        if onednn:
+            config.enable_mkldnn()
+        else:
+            config.disable_mkldnn()
+        self.predictor = pi.create_predictor(config)
+        self.input = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
+        self.output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
+
+    def __call__(self, x):
+        self.input.reshape(x.shape)
+        self.input.copy_from_cpu(x)
+        self.predictor.run()
+        return self.output.copy_to_cpu()
+
+
+class PaddleStatic:
+    name = "static"
+
+    def __init__(self, prefix):
+        self.scope = paddle.static.Scope()
+        self.exe = paddle.static.Executor(paddle.CPUPlace())
+        with paddle.static.scope_guard(self.scope):
+            self.program, feeds, self.fetches = paddle.static.load_inference_model(prefix, self.exe)
+        self.feed = feeds[0]
+
+    def __call__(self, x):
+        with paddle.static.scope_guard(self.scope):
+            out, = self.exe.run(self.program, feed={self.feed: x}, fetch_list=self.fetches)
+        return out
+
+
+class HandResNet18:
+    """ResNet-18 written directly in JAX: NHWC, HWIO filters with the batch norm folded in (what a
+    person writing fast inference code would do), the weights from the Paddle model's state dict."""
+
+    name = "jax"
+
+    def __init__(self, state: dict):
+        def conv_bn(conv, bn):
+            w = state[conv + ".weight"].astype(np.float64)
+            s = state[bn + ".weight"] / np.sqrt(state[bn + "._variance"].astype(np.float64) + 1e-5)
+            b = state[bn + ".bias"] - state[bn + "._mean"] * s
+            return {"w": jnp.asarray((w * s[:, None, None, None]).transpose(2, 3, 1, 0), jnp.float32),
+                    "b": jnp.asarray(b, jnp.float32)}
+
+        params = {"stem": conv_bn("conv1", "bn1"), "blocks": []}
+        for stage in range(1, 5):
+            for i in range(2):
+                p = f"layer{stage}.{i}"
+                block = {"c1": conv_bn(p + ".conv1", p + ".bn1"), "c2": conv_bn(p + ".conv2", p + ".bn2")}
+                if p + ".downsample.0.weight" in state:
+                    block["down"] = conv_bn(p + ".downsample.0", p + ".downsample.1")
+                params["blocks"].append(block)
+        params["fc"] = {"w": jnp.asarray(state["fc.weight"]), "b": jnp.asarray(state["fc.bias"])}
+        self.params = params
+        strides = [1 if (k < 2 or k % 2) else 2 for k in range(8)]
+
+        def conv(x, p, stride, pad):
+            y = lax.conv_general_dilated(x, p["w"], (stride, stride), [(pad, pad), (pad, pad)],
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            return y + p["b"]
+
+        def forward(params, x):
+            x = jnp.transpose(x, (0, 2, 3, 1))
+            x = jax.nn.relu(conv(x, params["stem"], 2, 3))
+            x = lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), [(0, 0), (1, 1), (1, 1), (0, 0)])
+            for k, block in enumerate(params["blocks"]):
+                s = strides[k]
+                y = jax.nn.relu(conv(x, block["c1"], s, 1))
+                y = conv(y, block["c2"], 1, 1)
+                short = conv(x, block["down"], s, 0) if "down" in block else x
+                x = jax.nn.relu(y + short)
+            x = jnp.mean(x, axis=(1, 2))
+            return x @ params["fc"]["w"] + params["fc"]["b"]
+
+        self.forward = jax.jit(forward)
+
+    def __call__(self, x):
+        return np.asarray(self.forward(self.params, x))
+
+
+# -- timing ----------------------------------------------------------------------------------------------
+def _median_ms(sides: dict, x, repeat: int) -> dict:
+    """Median milliseconds per run of each side; the sides take turns, one run each per round, so
+    that a burst of load on a shared machine hits them all alike."""
+    for fn in sides.values():
+        for _ in range(3):  # warm-up: compile, allocator, thread pools
+            fn(x)
+    times = {name: [] for name in sides}
+    for _ in range(repeat):
+        for name, fn in sides.items():
+            t = time.perf_counter()
+            fn(x)
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
+def _first_result_s(make_side, x):
+    t = time.perf_counter()
+    side = make_side()
+    side(x)
+    return time.perf_counter() - t, side
+
+
+def _rel(got, want):
+    return float(np.max(np.abs(np.asarray(got, np.float64) - want)) / (np.max(np.abs(want)) + 1e-30))
+
+
+def bench_model(name, prefix, make, state, args):
+    sides = args.sides or ["fluidjax", "pi_onednn", "pi_plain", "static", "jax"]
+    rows = []
+    for batch in args.batches:
+        x = make(batch)
+        makers = {
+            "fluidjax": lambda: FluidJax(prefix, passes=not args.no_passes),
+            "pi_onednn": lambda: PaddleInference(prefix, True, args.threads),
+            "pi_plain": lambda: PaddleInference(prefix, False, args.threads),
+            "static": lambda: PaddleStatic(prefix),
+        }
+        if name == "resnet18":
+            makers["jax"] = lambda: HandResNet18(state)
+        built, first = {}, {}
+        for side in sides:
+            if side in makers:
+                first[side], built[side] = _first_result_s(makers[side], x)
+        want = built["static"](x) if "static" in built else None
+        times = _median_ms(built, x, args.repeat)
+        errors = {side: _rel(fn(x), want) for side, fn in built.items()} if want is not None else {}
+        rows.append((batch, times, errors, first))
+        base = times.get("fluidjax")
+        parts = [f"{s} {t:7.1f} ms" + (f" ({base / t:4.2f}x)" if base and s != "fluidjax" else "")
+                 for s, t in times.items()]
+        print(f"{name:20s} batch {batch}: " + " | ".join(parts), flush=True)
+        print(f"{'':20s} first result: " + ", ".join(f"{s} {v:.2f} s" for s, v in first.items()
+                                                    if s in ("fluidjax", "pi_onednn", "pi_plain")), flush=True)
+        if errors:
+            print(f"{'':20s} rel. error vs static Executor: "
+                  + ", ".join(f"{s} {e:.1e}" for s, e in errors.items() if s != "static"), flush=True)
+    print(f"{'':20s} (ratios are fluidjax time / side time: > 1 means fluidjax is slower)")
+    return rows
+
+
+def cache_check(args):
+    """Time to first result of fluidjax (ResNet-18, batch 1) in two fresh processes sharing a
+    persistent compilation cache: the second compiles nothing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        save_models(tmp, ["resnet18"], args.size)
+        cache = os.path.join(tmp, "jax_cache")
+        for attempt in ("first process (cold cache)", "second process (warm cache)"):
+            cmd = [sys.executable, __file__, "--first-result-only", os.path.join(tmp, "resnet18"),
+                   "--cache-dir", cache, "--size", str(args.size)]
+            if args.xla_flags is not None:
+                cmd += ["--xla-flags", args.xla_flags]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            print(f"fluidjax first result, {attempt}: {out}")
+
+
+def main(args):
+    if args.first_result_only:
+        x = np.random.default_rng(1).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
+        seconds, _ = _first_result_s(lambda: FluidJax(args.first_result_only, passes=not args.no_passes), x)
+        print(f"{seconds:.2f} s")
+        return
+    if args.cache_check:
+        cache_check(args)
+        return
+    print(f"jax {jax.__version__}, paddle {paddle.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
+          f"passes {'off' if args.no_passes else 'on'}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    tmp = tempfile.mkdtemp(prefix="fj_inference_bench_")
+    try:
+        saved = save_models(tmp, args.models, args.size)
+        for name in args.models:
+            prefix, make, state = saved[name]
+            bench_model(name, prefix, make, state, args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(ARGS)
