@@ -126,8 +126,25 @@ def fold_conv_bn(program: Program, scope: Scope | None = None, keep: Iterable[st
         _apply_fold(block, bn, plan, scope)
         folded += 1
     if folded:
+        _drop_dead_bias_reshapes(program, keep)
         _drop_unused_persistables(program)
     return folded
+
+
+def _drop_dead_bias_reshapes(program: Program, keep: set[str]) -> None:
+    """Remove the ``reshape2``/``unsqueeze2`` of a parameter (``paddle.nn.Conv2D``'s bias to
+    [1, C, 1, 1]) that nothing reads any more now that the folded bias replaced it."""
+    block = program.global_block()
+    readers = _readers(program)
+    for op in list(block.ops):
+        if op.type not in ("reshape2", "unsqueeze2"):
+            continue
+        src = block.find_var(_single(op.input("X")) or "")
+        if src is None or not src.persistable:
+            continue
+        if any(readers.get(n) or n in keep for n in op.output_arg_names):
+            continue
+        block.remove_op(block.ops.index(op))
 
 
 def _only_read_by(name: str, op: Operator, readers, writers, keep) -> bool:
@@ -397,8 +414,11 @@ def optimize_inference(program: Program, scope: Scope | None = None, *, fold: bo
 
 
 def recommended_xla_flags() -> str:
-    """``XLA_FLAGS`` measured to help CNN inference on CPU (see ``docs/inference.md``). They only
-    take effect when set before JAX initializes its CPU backend, e.g.
-    ``XLA_FLAGS="$(python -c 'import fluidjax.passes as p; print(p.recommended_xla_flags())')" python serve.py``.
+    """``XLA_FLAGS`` worth trying for CNN inference on CPU: XLA's YNNPACK library for convolutions
+    and matrix products. On a 2-core AVX2 machine they made ResNet-18 faster at batch 1 and 8 in
+    most runs, but measurements were taken under heavy load (see ``docs/inference.md``), so they
+    are not applied by default. They only take effect when set before JAX initializes its CPU
+    backend, e.g. ``XLA_FLAGS="$(python -c 'import fluidjax.passes as p;
+    print(p.recommended_xla_flags())')" python serve.py``.
     """
-    return "--xla_cpu_use_thunk_runtime=true"
+    return "--xla_cpu_experimental_ynn_fusion_type=individual_convolution,individual_dot"

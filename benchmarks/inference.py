@@ -44,7 +44,8 @@ def _args(argv=None):
     p.add_argument("--xla-flags", default=None, help="XLA_FLAGS for this process (set before JAX starts)")
     p.add_argument("--no-passes", action="store_true", help="fluidjax without fj.passes")
     p.add_argument("--sides", nargs="+", default=None,
-                   help="only these sides (fluidjax, pi_onednn, pi_plain, static, jax)")
+                   help="only these sides (fluidjax, pi_onednn, pi_plain, static, jax; also fj_nopass: "
+                        "fluidjax without fj.passes, to see what the passes do)")
     p.add_argument("--cache-check", action="store_true",
                    help="time to first result of fluidjax in two fresh processes sharing a persistent "
                         "JAX compilation cache (ResNet-18, batch 1)")
@@ -130,6 +131,7 @@ class FluidJax:
     name = "fluidjax"
 
     def __init__(self, prefix, passes=True):
+        self.name = "fluidjax" if passes else "fj_nopass"
         self.scope = fj.Scope()
         self.exe = fj.Executor()
         self.program, feeds, self.fetches = fj.io.load_inference_model(prefix, scope=self.scope, optimize=passes)
@@ -262,6 +264,7 @@ def bench_model(name, prefix, make, state, args):
         x = make(batch)
         makers = {
             "fluidjax": lambda: FluidJax(prefix, passes=not args.no_passes),
+            "fj_nopass": lambda: FluidJax(prefix, passes=False),
             "pi_onednn": lambda: PaddleInference(prefix, True, args.threads),
             "pi_plain": lambda: PaddleInference(prefix, False, args.threads),
             "static": lambda: PaddleStatic(prefix),

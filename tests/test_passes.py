@@ -87,6 +87,7 @@ def _check_model(prefix, xs, convs_with_bn):
     convs = [op for op in fast.global_block().ops if op.type in ("conv2d", "depthwise_conv2d")]
     assert convs and all(op.attr("data_format") == "NHWC" for op in convs)
     assert _op_types(fast).count("transpose2") <= 3
+    assert "reshape2" not in _op_types(fast)  # the conv biases' reshapes went with the fold
     base, = exe.run(plain, feed={feeds[0]: xs}, fetch_list=fetches, scope=scope)
     fast_scope = fj.Scope()
     fast, _, _ = fio.load_inference_model(prefix, scope=fast_scope, optimize=True)
