@@ -138,9 +138,6 @@ def _decoder_program(steps, beam, vocab=12, hidden=6, end_id=0):
     return main, startup, [out_ids.name, out_scores.name]
 
 
-@pytest.mark.xfail(strict=True, reason="sequence_expand (lowering/ops/sequence_layout.py) treats a plain X "
-                   "whose row count is data (held as a one-sequence LoD value) as a LoD X and copies all its "
-                   "rows per entry; with X's rows treated as plain rows this decoder matches Paddle exactly")
 def test_unrolled_beam_search_decoder_matches_paddle():
     import paddle_oracle as po
 

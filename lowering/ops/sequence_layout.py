@@ -87,11 +87,16 @@ def sequence_expand(ctx):
     ref = y.offsets[level]
     # How many entries ref can point at: the rows (last level) or the next level's sequences.
     ref_bound = y.data.shape[0] if level == len(y.offsets) - 1 else y.offsets[level + 1].shape[0] - 1
-    lod_x = x.__class__ is LoDValue
+    # A plain X whose row count is data (a counted LoD value of one sequence) is plain rows.
+    declared = ctx.op.block.find_var(ctx.op.input("X")[0])
+    lod_x = x.__class__ is LoDValue and (declared is None or declared.lod_level > 0)
     if ref.shape[0] <= 1:                       # no sequences to follow: Paddle copies X
         return {"Out": x}
-    data = x.data if lod_x else x
+    data = x.data if x.__class__ is LoDValue else x
     count = x.offsets[0].shape[0] - 1 if lod_x else data.shape[0]
+    if x.__class__ is LoDValue and not lod_x and ref.shape[0] < count + 1:
+        count = int(ref.shape[0]) - 1           # rows past Y's sequences are X's padding
+        data = data[:count]
     if ref.shape[0] < count + 1 or (level == 0 and ref.shape[0] != count + 1):
         raise OpRuntimeError(f"sequence_expand: X has {count} sequences but Y's level {level} has "
                              f"{int(ref.shape[0]) - 1}; they must match")
