@@ -256,3 +256,26 @@ def test_depthwise_conv_by_shifts_matches_paddle(fmt, strides, paddings, dilatio
                                        dilation=dilations, groups=c, data_format=fmt).numpy()
     assert got.shape == want.shape
     assert _rel_err(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("fmt,strides", [("NCHW", [1, 1]), ("NHWC", [2, 2]), ("NCHW", [2, 1])])
+def test_pointwise_conv_by_dot_matches_paddle(fmt, strides):
+    """conv2d with a 1×1 filter and no padding is lowered as a matrix product over channels."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 6, 7, 9) if fmt == "NCHW" else (2, 7, 9, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 6, 1, 1)).astype(np.float32)
+    prog = fj.Program()
+    block = prog.global_block()
+    block.create_var("x", x.shape, "float32")
+    block.create_var("w", w.shape, "float32", persistable=True)
+    block.create_var("y", (), "float32")
+    block.append_op("conv2d", {"Input": ["x"], "Filter": ["w"]}, {"Output": ["y"]},
+                    {"strides": strides, "paddings": [0, 0], "data_format": fmt})
+    scope = fj.Scope()
+    scope.var("w").get_tensor().set(w)
+    got, = fj.Executor().run(prog, feed={"x": x}, fetch_list=["y"], scope=scope)
+    paddle.disable_static()
+    want = paddle.nn.functional.conv2d(paddle.to_tensor(x), paddle.to_tensor(w), stride=strides,
+                                       data_format=fmt).numpy()
+    assert got.shape == want.shape
+    assert _rel_err(got, want) < 1e-5

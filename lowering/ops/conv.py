@@ -137,6 +137,16 @@ def _depthwise_by_shifts(x, w, strides, pads, dil, last: bool):
     return out
 
 
+def _pointwise_by_dot(x, w, strides, last: bool):
+    """A 1×1 convolution without padding as a matrix product over the channels (after a strided
+    slice for strides > 1): XLA's CPU convolution runs these 1.5-10x slower than its dot."""
+    if strides != [1, 1]:
+        step = [1, strides[0], strides[1], 1] if last else [1, 1, strides[0], strides[1]]
+        x = lax.slice(x, [0] * 4, list(x.shape), step)
+    spec = "nhwc,oc->nhwo" if last else "nchw,oc->nohw"
+    return jnp.einsum(spec, x, w[:, :, 0, 0])
+
+
 def _conv(ctx):
     x, w = ctx.input("Input"), ctx.input("Filter")
     last = _channel_last(ctx.attr("data_format"))
@@ -146,6 +156,8 @@ def _conv(ctx):
     groups = ctx.attr("groups") or 1
     if groups > 1 and groups == _channels(x.shape, last) == w.shape[0] and w.shape[1] == 1:
         return {"Output": _depthwise_by_shifts(x, w, strides, pads, dil, last)}
+    if groups == 1 and tuple(w.shape[2:]) == (1, 1) and all(p == (0, 0) for p in map(tuple, pads)):
+        return {"Output": _pointwise_by_dot(x, w, strides, last)}
     out = lax.conv_general_dilated(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
                                    dimension_numbers=_dimension_numbers(last),
                                    feature_group_count=ctx.attr("groups") or 1)
