@@ -415,9 +415,9 @@ def optimize_inference(program: Program, scope: Scope | None = None, *, fold: bo
 
 def recommended_xla_flags() -> str:
     """``XLA_FLAGS`` worth trying for CNN inference on CPU: XLA's YNNPACK library for convolutions
-    and matrix products. On a 2-core AVX2 machine they made ResNet-18 faster at batch 1 and 8 in
-    most runs, but measurements were taken under heavy load (see ``docs/inference.md``), so they
-    are not applied by default. They only take effect when set before JAX initializes its CPU
+    and matrix products. On a 2-core AVX2 machine the effect was mixed (``docs/inference.md``:
+    ResNet-18 faster at batch 8, slower at batch 1; MobileNetV2 faster at batch 1), so they are
+    not applied by default: measure your model with and without. They only take effect when set before JAX initializes its CPU
     backend, e.g. ``XLA_FLAGS="$(python -c 'import fluidjax.passes as p;
     print(p.recommended_xla_flags())')" python serve.py``.
     """
