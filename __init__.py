@@ -16,6 +16,7 @@ from .ir import (FeedError, FluidJaxError, IndexOutOfRangeError, NumericCheckErr
                  UnregisteredOpError, VariableNotFoundError, append_backward, OpRuntimeError, Parameter, Program, ShapeError, SymbolicValueError,
                  UninitializedVariableError, default_main_program, default_startup_program, infer_shapes,
                  unique_name)
+from .ir.errors import OpVersionError, ParameterMismatchError, TensorFormatError, UnsafeFormatError
 from .lowering import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPlace, Executor, LoDTensor, Scope,
                        TPUPlace, global_scope)
 from .lowering.flags import get_flags, set_flags
@@ -27,7 +28,6 @@ from .ir.callstack import install_notebook_tracebacks as _install_notebook_trace
 from . import distributed  # noqa: E402,F401  (fj.distributed: multi-process runs)
 from . import io  # noqa: E402  (fj.io: Paddle's saved models and checkpoints, StableHLO export)
 from . import passes  # noqa: E402  (fj.passes: conv+bn folding, NHWC layout for inference)
-from .viz import draw
 
 # `import fluidjax.reader` / `from fluidjax.reader import shuffle` work like the attribute.
 _sys.modules[__name__ + ".reader"] = reader
@@ -37,7 +37,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BuildStrategy", "CompiledProgram", "distributed", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
-    "UnregisteredOpError", "VariableNotFoundError",
+    "UnregisteredOpError", "VariableNotFoundError", "OpVersionError", "ParameterMismatchError", "TensorFormatError",
+    "UnsafeFormatError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",
