@@ -356,13 +356,17 @@ def pool2d(ctx):
     ksize, strides, pads, out = _pool_geometry(in_hw, {k: ctx.attr(k) for k in _POOL_ATTR_NAMES})
     if ctx.attr("adaptive"):
         return {"Out": _adaptive_pool(x, axes, out, kind)}
-    window = [1] * 4
-    stride = [1] * 4
-    padding = [(0, 0)] * 4
-    for axis, size, k, s, p, o in zip(axes, in_hw, ksize, strides, pads, out):
+    return {"Out": pool_windows(x, axes, in_hw, ksize, strides, pads, out, kind, ctx.attr("exclusive"))}
+
+
+def pool_windows(x, axes, in_sizes, ksize, strides, pads, out, kind: str, exclusive: bool):
+    """Max or average pooling of ``x`` over ``axes`` (any number of spatial dims): windows start
+    at i·s - pad_before, and the far side is padded to fit ``out`` windows (or the rows no window
+    reaches are cut off: negative padding would not differentiate)."""
+    rank = x.ndim
+    window, stride, padding = [1] * rank, [1] * rank, [(0, 0)] * rank
+    for axis, size, k, s, p, o in zip(axes, in_sizes, ksize, strides, pads, out):
         window[axis], stride[axis] = k, s
-        # Windows start at i·s - top; the bottom side is padded to fit `o` windows, or the rows
-        # no window reaches are cut off (negative padding would not differentiate).
         high = (o - 1) * s + k - size - p[0]
         if high < 0:
             x = lax.slice_in_dim(x, 0, size + high, axis=axis)
@@ -370,12 +374,11 @@ def pool2d(ctx):
         padding[axis] = (p[0], high)
     if kind == "max":
         # NumPy scalars as init values let JAX pick its differentiable max/sum window reductions.
-        return {"Out": lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, stride, padding)}
+        return lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, stride, padding)
     total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, stride, padding)
     count = np.ones((), np.float64)
-    for axis, size, k, s, p, o in zip(axes, in_hw, ksize, strides, pads, out):
-        shape = [1] * 4
+    for axis, size, k, s, p, o in zip(axes, in_sizes, ksize, strides, pads, out):
+        shape = [1] * rank
         shape[axis] = o
-        count = count * _window_counts(size, k, s, p, o, ctx.attr("exclusive")).reshape(shape)
-    count = jnp.asarray(count, x.dtype)
-    return {"Out": total / count}
+        count = count * _window_counts(size, k, s, p, o, exclusive).reshape(shape)
+    return total / jnp.asarray(count, x.dtype)

@@ -228,7 +228,7 @@ def _pool3d_shape(ctx: InferShapeContext) -> None:
 def pool3d(ctx):
     """Max or average pooling over 3-D windows, with pool2d's rules (``global_pooling``,
     ``adaptive`` bins, ``ceil_mode``, ``exclusive`` averages)."""
-    from .conv import _adaptive_pool, _window_counts
+    from .conv import _adaptive_pool, pool_windows
 
     x = ctx.input("X")
     last = _layout3d(ctx.attr("data_format"))
@@ -238,23 +238,7 @@ def pool3d(ctx):
     ksize, strides, pads, out = _pool3d_geometry(in_sizes, {k: ctx.attr(k) for k in _POOL3D_NAMES})
     if ctx.attr("adaptive"):
         return {"Out": _adaptive_pool(x, axes, out, kind)}
-    window, stride, padding = [1] * 5, [1] * 5, [(0, 0)] * 5
-    for axis, size, k, s, p, o in zip(axes, in_sizes, ksize, strides, pads, out):
-        window[axis], stride[axis] = k, s
-        high = (o - 1) * s + k - size - p[0]
-        if high < 0:
-            x = lax.slice_in_dim(x, 0, size + high, axis=axis)
-            high = 0
-        padding[axis] = (p[0], high)
-    if kind == "max":
-        return {"Out": lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, stride, padding)}
-    total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, stride, padding)
-    count = np.ones((), np.float64)
-    for axis, size, k, s, p, o in zip(axes, in_sizes, ksize, strides, pads, out):
-        shape = [1] * 5
-        shape[axis] = o
-        count = count * _window_counts(size, k, s, p, o, ctx.attr("exclusive")).reshape(shape)
-    return {"Out": total / jnp.asarray(count, x.dtype)}
+    return {"Out": pool_windows(x, axes, in_sizes, ksize, strides, pads, out, kind, ctx.attr("exclusive"))}
 
 
 # -- resizing ----------------------------------------------------------------------------------------
