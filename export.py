@@ -31,17 +31,9 @@ _FEED_FETCH = frozenset({"feed", "fetch"})
 
 
 def _names(items, what: str) -> list[str]:
-    if isinstance(items, (Variable, str)):
-        items = [items]
-    out = []
-    for item in items:
-        if isinstance(item, Variable):
-            out.append(item.name)
-        elif isinstance(item, str):
-            out.append(item)
-        else:
-            raise TypeError(f"{what} must be Variables or variable names, got {item!r}")
-    return out
+    from .io import names_of  # io imports this module lazily; the same rule for both
+
+    return names_of(items, what)
 
 
 def inference_ops(program: Program, feed_names: Sequence[str], fetch_names: Sequence[str]) -> tuple[list, list[str]]:

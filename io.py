@@ -162,7 +162,8 @@ def _program_vars(program: Program, predicate: Callable[[Variable], bool]) -> li
     return [found[n] for n in sorted(found)]
 
 
-def _names_of(items, what: str) -> list[str]:
+def names_of(items, what: str) -> list[str]:
+    """Names of ``items`` (a Variable, a name, or a list of them); ``what`` names the argument in errors."""
     if isinstance(items, (Variable, str)):
         items = [items]
     names = []
@@ -269,7 +270,7 @@ def save_vars(executor, dirname: str, main_program: Program | None = None, vars:
     if vars is None:
         names = [v.name for v in _program_vars(program, predicate or _is_saved)]
     else:
-        names = _names_of(vars, "vars")
+        names = names_of(vars, "vars")
     files = _AtomicFiles()
     try:
         _write_vars(files, scope, names, dirname, filename)
@@ -518,8 +519,8 @@ def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, prog
     scope = global_scope() if scope is None else scope
     if not isinstance(path_prefix, str) or not path_prefix or path_prefix.endswith(("/", os.sep)):
         raise ValueError(f"path_prefix must be 'dirname/name', got {path_prefix!r}")
-    feed_names = _names_of(feed_vars, "feed_vars")
-    fetch_names = _names_of(fetch_vars, "fetch_vars")
+    feed_names = names_of(feed_vars, "feed_vars")
+    fetch_names = names_of(fetch_vars, "fetch_vars")
     if not fetch_names:
         raise FeedError("save_inference_model needs at least one fetch variable")
     desc = inference_program_desc(program, feed_names, fetch_names)
