@@ -44,21 +44,23 @@ def _pairs(values, name: str, n: int = 2) -> list[int]:
     return values
 
 
-def _resolve_padding(paddings, algorithm: str, in_hw, ksize, strides, dilations):
-    """Paddle's UpdatePaddingAndDilation: [(top, bottom), (left, right)] and the dilations to use."""
+def _resolve_padding(paddings, algorithm: str, in_sizes, ksize, strides, dilations):
+    """Paddle's UpdatePaddingAndDilation for any number of spatial dims: [(before, after)] per
+    dim ([(top, bottom), (left, right)] for images) and the dilations to use."""
+    n = len(in_sizes)
     paddings = [int(p) for p in paddings]
-    if len(paddings) == 2:
-        pads = [(paddings[0], paddings[0]), (paddings[1], paddings[1])]
-    elif len(paddings) == 4:
-        pads = [(paddings[0], paddings[1]), (paddings[2], paddings[3])]
+    if len(paddings) == n:
+        pads = [(p, p) for p in paddings]
+    elif len(paddings) == 2 * n:
+        pads = [(paddings[2 * i], paddings[2 * i + 1]) for i in range(n)]
     else:
-        raise ValueError(f"paddings needs 2 or 4 values, got {paddings}")
+        raise ValueError(f"paddings needs {n} or {2 * n} values, got {paddings}")
     dilations = list(dilations)
     if algorithm == "VALID":
-        pads = [(0, 0), (0, 0)]
+        pads = [(0, 0)] * n
     elif algorithm == "SAME":
         pads = []
-        for i, (size, k, s) in enumerate(zip(in_hw, ksize, strides)):
+        for i, (size, k, s) in enumerate(zip(in_sizes, ksize, strides)):
             if size < 0:
                 pads.append((-1, -1))
                 continue

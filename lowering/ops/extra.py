@@ -23,6 +23,7 @@ import numpy as np
 from ...ir import dtypes
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
+from .activation import _unary  # one registration rule for every elementwise unary op
 from ...ir.shape import InferShapeContext, same_as
 from ._shapes import paddle_broadcast
 from ..lod_value import LoDValue
@@ -39,17 +40,6 @@ def _const(x, value):
 
 
 # -- unary math and activations --------------------------------------------------------------------
-def _unary(name: str, fn, doc: str, attrs: dict | None = None) -> None:
-    """Register op ``name``: Out = fn(X, ctx), same shape and dtype as X."""
-
-    def rule(ctx):
-        return {"Out": fn(ctx.input("X"), ctx)}
-
-    rule.__doc__ = doc
-    rule.__name__ = name
-    op(name, inputs="X", outputs="Out", attrs=attrs or {}, infer_shape=same_as("X"))(rule)
-
-
 def _mish(x, ctx):
     # Paddle's softplus with a threshold: x above it, exp(x) below -threshold, log1p(exp(x)) between.
     t = _const(x, ctx.attr("threshold"))

@@ -89,29 +89,10 @@ def _triple(values, name: str, n: int = 3) -> list[int]:
 
 
 def _nd_padding(paddings, algorithm: str, in_sizes, ksize, strides, dilations):
-    """Paddle's UpdatePaddingAndDilation for n spatial dims: [(before, after)] and the dilations."""
-    n = len(in_sizes)
-    paddings = [int(p) for p in paddings]
-    if len(paddings) == n:
-        pads = [(p, p) for p in paddings]
-    elif len(paddings) == 2 * n:
-        pads = [(paddings[2 * i], paddings[2 * i + 1]) for i in range(n)]
-    else:
-        raise ValueError(f"paddings needs {n} or {2 * n} values, got {paddings}")
-    dilations = list(dilations)
-    if algorithm == "VALID":
-        pads = [(0, 0)] * n
-    elif algorithm == "SAME":
-        pads = []
-        for i, (size, k, s) in enumerate(zip(in_sizes, ksize, strides)):
-            if size < 0:
-                pads.append((-1, -1))
-                continue
-            out = (size + s - 1) // s
-            total = max((out - 1) * s + k - size, 0)
-            pads.append((total // 2, total - total // 2))
-            dilations[i] = 1
-    return pads, dilations
+    """Paddle's UpdatePaddingAndDilation for n spatial dims (conv.py's rule)."""
+    from .conv import _resolve_padding
+
+    return _resolve_padding(paddings, algorithm, in_sizes, ksize, strides, dilations)
 
 
 def _layout3d(fmt: str) -> bool:
