@@ -29,7 +29,7 @@ from .layers import fill_constant
 from .math_layers import equal, logical_and, logical_not
 from .tensor_layers import assign, cast
 
-__all__ = ["cond", "while_loop", "switch_case", "case", "increment", "create_array", "array_write",
+__all__ = ["cond", "while_loop", "switch_case", "case", "increment", "is_empty", "create_array", "array_write",
            "array_read", "array_length", "While", "Switch"]
 
 
@@ -362,6 +362,16 @@ def increment(x: Variable, value: float = 1.0, in_place: bool = True) -> Variabl
     helper = LayerHelper("increment")
     out = x if in_place else helper.create_tmp(x.dtype, stop_gradient=True)
     helper.append_op("increment", {"X": x}, {"Out": out}, {"step": float(value)})
+    return out
+
+
+def is_empty(x: Variable, cond: Variable | None = None, name: str | None = None) -> Variable:
+    """Whether ``x`` has no elements (a bool scalar); written into ``cond`` when given. Of a
+    value whose row count is data (``beam_search``'s selected ids) it reads the real count, so a
+    ``While`` decoder stops when every beam has ended."""
+    helper = LayerHelper("is_empty", name)
+    out = cond if cond is not None else helper.create_tmp("bool", stop_gradient=True)
+    helper.append_op("is_empty", {"X": x}, {"Out": out})
     return out
 
 

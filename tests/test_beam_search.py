@@ -159,3 +159,77 @@ def test_unrolled_beam_search_decoder_matches_paddle():
     np.testing.assert_allclose(np.asarray(ours[1]).reshape(-1), np.array(theirs[1]).reshape(-1), rtol=1e-5, atol=1e-6)
     assert ours[0].lod() == [list(level) for level in theirs[0].lod()]
     assert ours[0].lod()[0] == [0, beam, 2 * beam, 3 * beam]
+
+
+def _while_decoder_program(max_len, beam, vocab=12, hidden=6, end_id=0):
+    """:func:`_decoder_program` as Fluid's book writes it: one ``While`` step per word over arrays
+    of states, ids and scores, ending at ``max_len`` steps or when ``beam_search`` selected nothing."""
+    main, startup = fj.Program(), fj.Program()
+    startup.random_seed = 3
+    with fj.program_guard(main, startup):
+        init_ids = layer.data("init_ids", dims=1, dtype="int64", lod_level=2)
+        init_scores = layer.data("init_scores", dims=1, lod_level=2)
+        context = layer.data("context", dims=hidden)
+        array_len = layer.fill_constant([1], "int64", max_len)
+        counter = layer.zeros([1], "int64")
+        state_array = layer.create_array("float32")
+        layer.array_write(context, counter, state_array)
+        ids_array, scores_array = layer.create_array("int64"), layer.create_array("float32")
+        layer.array_write(init_ids, counter, ids_array)
+        layer.array_write(init_scores, counter, scores_array)
+        cond = layer.less_than(counter, array_len)
+        loop = layer.While(cond)
+        with loop.block():
+            pre_ids = layer.array_read(ids_array, counter)
+            pre_state = layer.array_read(state_array, counter)
+            pre_score = layer.array_read(scores_array, counter)
+            expanded = layer.sequence_expand(pre_state, pre_score)
+            emb = layer.embedding(pre_ids, [vocab, hidden], param_attr=fj.ParamAttr(name="emb"))
+            state = layer.fc([expanded, emb], hidden, activation="tanh",
+                             param_attr=[fj.ParamAttr(name="w_state"), fj.ParamAttr(name="w_emb")],
+                             bias_attr=fj.ParamAttr(name="b_state"))
+            score = layer.fc(layer.lod_reset(state, pre_score), vocab, activation="softmax",
+                             param_attr=fj.ParamAttr(name="w_out"), bias_attr=fj.ParamAttr(name="b_out"))
+            top_scores, top_ids = layer.topk(score, beam)
+            accu = layer.elementwise_add(layer.log(top_scores), layer.reshape(pre_score, [-1]), axis=0)
+            selected_ids, selected_scores = layer.beam_search(pre_ids, pre_score, top_ids, accu, beam, end_id)
+            layer.increment(counter, 1, in_place=True)
+            layer.array_write(state, counter, state_array)
+            layer.array_write(selected_ids, counter, ids_array)
+            layer.array_write(selected_scores, counter, scores_array)
+            length_cond = layer.less_than(counter, array_len)
+            layer.logical_and(length_cond, layer.logical_not(layer.is_empty(selected_ids)), out=cond)
+        out_ids, out_scores = layer.beam_search_decode(ids_array, scores_array, beam, end_id)
+    return main, startup, [out_ids.name, out_scores.name, counter.name]
+
+
+@pytest.mark.parametrize("max_len", [3, 40])
+def test_while_beam_search_decoder_matches_paddle(max_len):
+    """The arrays' LoD elements change size inside the loop (one prefix per source at the first
+    step, up to ``beam`` later), and with room for 40 steps every beam ends first: the loop stops
+    on ``is_empty(selected_ids)`` after the same number of steps as Paddle's."""
+    import paddle_oracle as po
+
+    sources, beam = 3, 2
+    main, startup, fetch = _while_decoder_program(max_len, beam)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    lods = {"init_ids": [[1] * sources, [1] * sources], "init_scores": [[1] * sources, [1] * sources]}
+    feed = {"init_ids": np.ones((sources, 1), "int64"), "init_scores": np.zeros((sources, 1), "float32"),
+            "context": np.random.default_rng(0).uniform(-1, 1, (sources, 6)).astype("float32")}
+    ours_feed = {k: fj.create_lod_tensor(v, lods[k]) if k in lods else v for k, v in feed.items()}
+    ours = exe.run(main, feed=ours_feed, fetch_list=fetch, scope=scope, return_numpy=False)
+    theirs = po.run_lod(main.serialize(), feed, fetch, po.persistable_values(main, scope), lods=lods)
+    np.testing.assert_array_equal(np.asarray(ours[0]).reshape(-1), np.array(theirs[0]).reshape(-1))
+    np.testing.assert_allclose(np.asarray(ours[1]).reshape(-1), np.array(theirs[1]).reshape(-1), rtol=1e-5, atol=1e-6)
+    assert ours[0].lod() == [list(level) for level in theirs[0].lod()]
+    steps = int(np.asarray(ours[2])[0])
+    assert steps == int(np.array(theirs[2])[0])
+    if max_len == 3:
+        assert steps == 3
+        # the unrolled decoder of the same parameters (3 steps) gives the same sentences
+        unrolled, unrolled_startup, unrolled_fetch = _decoder_program(steps=3, beam=beam)
+        plain = exe.run(unrolled, feed=ours_feed, fetch_list=unrolled_fetch, scope=scope, return_numpy=False)
+        np.testing.assert_array_equal(np.asarray(plain[0]), np.asarray(ours[0]))
+    else:
+        assert steps < max_len, "every beam should have ended before 40 steps"

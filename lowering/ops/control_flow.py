@@ -222,7 +222,7 @@ def conditional_block_grad(ctx):
 
 
 # Sub-blocks see LoD values as they are (a DynamicRNN step pools its LoD static input).
-lod_aware("conditional_block", "while", "write_to_array")
+lod_aware("conditional_block", "while", "write_to_array", "is_empty")
 
 
 # -- select_input / select_output ------------------------------------------------------------------
@@ -321,11 +321,13 @@ class _Loop:
                 init[n] = _strong(v)
         self.consts = {n: v for n, v in given.items() if n not in self.carried}
         # Arrays the body writes keep one capacity through the loop: room made before it starts.
-        writes = sum(1 for o in _ops_within(sub.block) if o.type == "write_to_array")
-        self.room = writes * (_bound(fwd_op) or DEFAULT_LOOP_CAPACITY)
+        writes = [o.output("Out")[0] for o in _ops_within(sub.block) if o.type == "write_to_array"]
+        trips = _bound(fwd_op) or DEFAULT_LOOP_CAPACITY
+        self.room = len(writes) * trips
         for n, v in init.items():
-            if isinstance(v, TensorArray):
-                init[n] = v.grown(self.room)
+            if isinstance(v, TensorArray):          # room for every write of the body to it
+                init[n] = v.grown(writes.count(n) * trips)
+        self._widen_arrays(init)
         if missing:
             # Variables the body writes for the first time: zeros of the type one iteration gives.
             written = jax.eval_shape(lambda c: self._body(c, self.consts, 0), init)
@@ -335,6 +337,28 @@ class _Loop:
                                          f"its body (block {sub.block.idx}) does not write it")
                 init[n] = _zeros(written[n])
         self.init = init
+
+    def _widen_arrays(self, init: dict) -> None:
+        """Give arrays of LoD elements the element size the body writes (the first step of a beam
+        decoder has one prefix per source, later ones up to ``beam_size``): one body trace per
+        widening, until an iteration keeps every array's shape."""
+        from .lod_array import widened
+        for _ in range(8):
+            if not any(isinstance(v, TensorArray) for v in init.values()):
+                return
+            try:
+                written = jax.eval_shape(lambda c: self._body(c, self.consts, 0), init)
+            except Exception:
+                return          # the loop's own run reports it
+            changed = False
+            for n, v in list(init.items()):
+                after = written.get(n)
+                if isinstance(v, TensorArray) and isinstance(after, TensorArray):
+                    wide = widened(v, after)
+                    if wide is not v:
+                        init[n], changed = wide, True
+            if not changed:
+                return
 
     def _key(self, i):
         return None if self.key is None else jax.random.fold_in(self.key, i)
@@ -473,49 +497,61 @@ def _constant(block, fwd_op, name: str):
 
 def _counted_trips(fwd_op) -> int | None:
     """The trip count of a counting loop, read off the program: the body ends with
-    ``cond = i' < n`` (or ``<=``) where ``i' = i + k`` (``scale`` with bias k or ``increment``)
-    is assigned back to the loop variable ``i``, ``n`` is not written in the body, and ``i`` and
-    ``n`` come from ``fill_constant`` s before the loop: what ``while_loop(lambda i: i < n, ...)``
-    with constants builds. None for anything else (the gradient then recomputes)."""
+    ``cond = i' < n`` (or ``<=``; directly or through ``assign``) where ``i' = i + k`` (``scale``
+    with bias k or ``increment``) is the loop variable ``i``'s last write, ``n`` is not written in
+    the body, and ``i`` and ``n`` come from ``fill_constant`` s before the loop: what
+    ``while_loop(lambda i: i < n, ...)`` and Fluid's ``While`` with a counter build. A condition
+    that is ``logical_and`` of such a compare and anything else gives the count as a bound. None
+    for anything else (the gradient then recomputes)."""
     try:
         body = fwd_op.block.program.block(_block_idx(fwd_op.attrs.get("sub_block")))
-        cond = fwd_op.input("Condition")[0]
         ops = list(body.ops)
-        last = _last_writer(ops, cond)
-        if last is None or last.type != "assign":
-            return None
-        compare = _last_writer(ops, last.input("X")[0])
-        if compare is None or compare.type not in _COMPARE:
-            return None
-        counter, limit = compare.input("X")[0], compare.input("Y")[0]
-        if _last_writer(ops, limit) is not None:
-            return None
-        step_op = _last_writer(ops[:ops.index(compare)], counter)
-        if step_op is None:
-            return None
-        if step_op.type == "assign":               # i = i'; the compare reads i
-            step_op = _last_writer(ops[:ops.index(step_op)], step_op.input("X")[0])
-            if step_op is None:
-                return None
-        if step_op.type == "increment":
-            k = float(step_op.attrs.get("step", 1.0))
-        elif step_op.type == "scale" and float(step_op.attrs.get("scale", 1.0)) == 1.0 \
-                and not step_op.input("ScaleTensor"):
-            k = float(step_op.attrs.get("bias", 0.0))
-        else:
-            return None
-        var = step_op.input("X")[0]
-        # The loop variable is advanced once per iteration: its last write is this step.
-        writer = _last_writer(ops, var)
-        if var not in fwd_op.output("Out") or k <= 0 or k != int(k) or writer is None or not (
-                writer is step_op or (writer.type == "assign" and writer.input("X")[0] in step_op.output_arg_names)):
-            return None
-        start, stop = _constant(fwd_op.block, fwd_op, var), _constant(fwd_op.block, fwd_op, limit)
-        if start is None or stop is None:
-            return None
-        return max(0, int(_COMPARE[compare.type](int(start), int(stop), int(k))))
+        return _trips_until(fwd_op, ops, len(ops), fwd_op.input("Condition")[0], 0)
     except (KeyError, IndexError, ValueError, TypeError):
         return None
+
+
+def _trips_until(fwd_op, ops, end: int, cond: str, depth: int) -> int | None:
+    """:func:`_counted_trips` for the condition ``cond`` written among the body's first ``end``
+    ops: through ``assign`` s and ``logical_and`` (the loop ends no later than its counting side:
+    a bound, as for Fluid's beam decoder, ``counter < max_len and not is_empty(selected_ids)``)."""
+    last = _last_writer(ops[:end], cond)
+    if last is None or depth > 8:
+        return None
+    at = ops.index(last)
+    if last.type == "assign":
+        return _trips_until(fwd_op, ops, at, last.input("X")[0], depth + 1)
+    if last.type == "logical_and":
+        sides = [_trips_until(fwd_op, ops, at, last.input(slot)[0], depth + 1) for slot in ("X", "Y")]
+        sides = [t for t in sides if t is not None]
+        return min(sides) if sides else None
+    if last.type not in _COMPARE:
+        return None
+    counter, limit = last.input("X")[0], last.input("Y")[0]
+    if _last_writer(ops, limit) is not None:
+        return None
+    step_op = _last_writer(ops[:at], counter)
+    if step_op is not None and step_op.type == "assign":        # i = i'; the compare reads i
+        step_op = _last_writer(ops[:ops.index(step_op)], step_op.input("X")[0])
+    if step_op is None:
+        return None
+    if step_op.type == "increment":
+        k = float(step_op.attrs.get("step", 1.0))
+    elif step_op.type == "scale" and float(step_op.attrs.get("scale", 1.0)) == 1.0 \
+            and not step_op.input("ScaleTensor"):
+        k = float(step_op.attrs.get("bias", 0.0))
+    else:
+        return None
+    var = step_op.input("X")[0]
+    # The loop variable is advanced once per iteration: its last write is this step.
+    writer = _last_writer(ops, var)
+    if var not in fwd_op.output("Out") or k <= 0 or k != int(k) or writer is None or not (
+            writer is step_op or (writer.type == "assign" and writer.input("X")[0] in step_op.output_arg_names)):
+        return None
+    start, stop = _constant(fwd_op.block, fwd_op, var), _constant(fwd_op.block, fwd_op, limit)
+    if start is None or stop is None:
+        return None
+    return max(0, int(_COMPARE[last.type](int(start), int(stop), int(k))))
 
 
 @op("while_grad", inputs="X* Out* Out@GRAD* StepScopes?", outputs="X@GRAD*",
@@ -667,8 +703,13 @@ def _is_empty_shape(ctx: InferShapeContext) -> None:
 
 @op("is_empty", inputs="X", outputs="Out", infer_shape=_is_empty_shape, grad=None)
 def is_empty(ctx):
-    """Whether X has no elements (a bool scalar; static under XLA)."""
+    """Whether X has no elements (a bool scalar). Static under XLA, except for a value whose row
+    count is data (a LoD value, counted rows): then its real row count decides."""
     x = ctx.input("X")
+    if isinstance(x, LoDValue):
+        if int(np.prod(x.data.shape[1:])) == 0:
+            return {"Out": jnp.asarray(True)}
+        return {"Out": x.row_count() == 0}
     return {"Out": jnp.asarray(int(np.prod(x.shape)) == 0)}
 
 
@@ -705,8 +746,12 @@ class TensorArray:
         """The same array with room for ``extra`` more elements."""
         if extra <= 0:
             return self
-        pad = jnp.zeros((extra,) + tuple(self.buffer.shape[1:]), self.buffer.dtype)
-        return TensorArray(jnp.concatenate([self.buffer, pad]), self.length)
+
+        def pad(a):
+            return jnp.concatenate([a, jnp.zeros((extra,) + tuple(a.shape[1:]), a.dtype)])
+        if isinstance(self.buffer, LoDValue):       # elements with LoD: unwritten ones are empty
+            return TensorArray(LoDValue(pad(self.buffer.data), [pad(o) for o in self.buffer.offsets]), self.length)
+        return TensorArray(pad(self.buffer), self.length)
 
     def __add__(self, other: "TensorArray") -> "TensorArray":
         """Element-wise sum (gradient contributions to one array): the shorter one padded."""
@@ -762,17 +807,16 @@ def _read_from_array_grad(op, out_grads, in_grads):
 def write_to_array(ctx):
     """Out[I] = X; the array grows to I + 1 elements when shorter (Paddle's semantics)."""
     raw = ctx.input("X")
-    if isinstance(raw, LoDValue):
-        if not ctx.env.get(_IN_LOOP):          # outside loops an element keeps its LoD
-            from .lod_array import write_lod_item
-            return {"Out": write_lod_item(ctx, raw, _index(ctx), ctx.env.get(ctx.op.output("Out")[0]),
-                                          _static_index(ctx))}
-        raw = raw.data
-    x = _strong(jnp.asarray(raw))
-    i = _index(ctx)
     name = ctx.op.output("Out")[0]
     array = ctx.env.get(name)
     room = ctx.env.get(_IN_LOOP)
+    if isinstance(raw, LoDValue) or (isinstance(array, TensorArray) and isinstance(array.buffer, LoDValue)):
+        # An element keeps its LoD (or the count of its rows, when that is data)
+        from .lod_array import counted, write_lod_item
+        item = raw if isinstance(raw, LoDValue) else counted(_strong(jnp.asarray(raw)))
+        return {"Out": write_lod_item(ctx, item, _index(ctx), array, None if room else _static_index(ctx), room)}
+    x = _strong(jnp.asarray(raw))
+    i = _index(ctx)
     static = None if room else _static_index(ctx)
     if not isinstance(array, TensorArray):
         capacity = room if room else (static + 1 if static is not None else 1)
@@ -791,7 +835,7 @@ def write_to_array(ctx):
 
 def _read_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
-    ctx.set_output("Out", x.shape, x.dtype, 0)
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)     # an element keeps the LoD it was written with
 
 
 @op("read_from_array", inputs="X I X_W?", outputs="Out", infer_shape=_read_shape, no_grad_inputs=["I", "X_W"],

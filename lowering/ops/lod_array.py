@@ -70,6 +70,11 @@ def _where(ctx) -> str:
     return f"op {ctx.op.type!r} at {ctx.op.location}"
 
 
+def _declared_lod(ctx, name: str) -> int:
+    var = ctx.op.block.find_var(name)
+    return int(var.lod_level) if var is not None else 0
+
+
 def _table(ctx) -> RankTable:
     table = ctx.input("RankTable")
     if not isinstance(table, RankTable):
@@ -275,14 +280,57 @@ def _pad_axis(a, size: int, axis: int, edge: bool = False):
     return jnp.pad(a, widths, mode="edge" if edge else "constant")
 
 
-def write_lod_item(ctx, x: LoDValue, i, array, static_index):
-    """``array`` (a TensorArray with a LoDValue buffer, or None) with ``x`` written at ``i``."""
+def counted(x) -> LoDValue:
+    """A plain tensor as a one-sequence LoD value: its rows, all real (how an array that also holds
+    counted rows, whose number is data, stores it)."""
+    return LoDValue(x, (jnp.stack([jnp.zeros((), jnp.int32), jnp.asarray(x.shape[0], jnp.int32)]),))
+
+
+def counted_array(array: TensorArray) -> TensorArray:
+    """An array of plain elements as an array of one-sequence LoD elements (see :func:`counted`);
+    its unwritten elements are empty."""
+    data = array.buffer
+    capacity, rows = data.shape[0], data.shape[1] if data.ndim > 1 else 1
+    written = jnp.arange(capacity) < array.length
+    ends = jnp.where(written, rows, 0).astype(jnp.int32)
+    offsets = jnp.stack([jnp.zeros_like(ends), ends], axis=1)
+    return TensorArray(LoDValue(data, (offsets,)), array.length)
+
+
+def widened(array: TensorArray, like: TensorArray) -> TensorArray:
+    """``array`` with elements as wide as ``like``'s (a shape structure: what a loop body writes):
+    plain elements become counted ones, rows and inner-level entries are padded. ``array`` itself
+    when nothing changes."""
+    if not isinstance(like.buffer, LoDValue):
+        return array
+    if not isinstance(array.buffer, LoDValue):
+        if len(like.buffer.offsets) != 1:
+            return array
+        array = counted_array(array)
+    buffer = array.buffer
+    if len(buffer.offsets) != len(like.buffer.offsets) or buffer.data.ndim != like.buffer.data.ndim:
+        return array
+    rows = max(buffer.data.shape[1], like.buffer.data.shape[1])
+    entries = [max(o.shape[1], w.shape[1]) for o, w in zip(buffer.offsets, like.buffer.offsets)]
+    if rows == buffer.data.shape[1] and all(e == o.shape[1] for e, o in zip(entries, buffer.offsets)):
+        return array
+    return TensorArray(LoDValue(_pad_axis(buffer.data, rows, 1),
+                                [_pad_axis(o, e, 1, edge=True) for o, e in zip(buffer.offsets, entries)]),
+                       array.length)
+
+
+def write_lod_item(ctx, x: LoDValue, i, array, static_index, room: int | None = None):
+    """``array`` (a TensorArray with a LoDValue buffer, or None) with ``x`` written at ``i``.
+    Outside loops (``room`` None) the array grows to hold index ``i``; inside a loop its capacity
+    is fixed (a new array gets ``room`` elements) and an element only widens to the larger rows."""
     data = jnp.asarray(x.data)
     offsets = [jnp.asarray(o, jnp.int32) for o in x.offsets]
     if isinstance(array, TensorArray) and not isinstance(array.buffer, LoDValue):
-        raise OpRuntimeError(f"{_where(ctx)}: the array holds plain tensors; X is a LoD tensor")
+        if len(offsets) != 1 or _declared_lod(ctx, ctx.op.input("X")[0]):
+            raise OpRuntimeError(f"{_where(ctx)}: the array holds plain tensors; X is a LoD tensor")
+        array = counted_array(array)            # plain rows whose count is data, next to plain ones
     if not isinstance(array, TensorArray):
-        capacity = static_index + 1 if static_index is not None else 1
+        capacity = room if room else (static_index + 1 if static_index is not None else 1)
         buffer = LoDValue(jnp.zeros((capacity,) + data.shape, data.dtype),
                           [jnp.zeros((capacity,) + o.shape, jnp.int32) for o in offsets])
         length = jnp.zeros((), jnp.int32)
@@ -296,7 +344,7 @@ def write_lod_item(ctx, x: LoDValue, i, array, static_index):
                                  f"top-level sequences, X has {offsets[0].shape[0] - 1}; under XLA they must agree")
         capacity = buffer.data.shape[0]
         needed = static_index + 1 if static_index is not None else capacity + 1
-        if needed > capacity:
+        if needed > capacity and not room:
             grow = needed - capacity
             buffer = LoDValue(_pad_axis(buffer.data, needed, 0),
                               [jnp.concatenate([o, jnp.zeros((grow,) + o.shape[1:], o.dtype)]) for o in buffer.offsets])
