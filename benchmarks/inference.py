@@ -181,8 +181,9 @@ class PaddleStatic:
 
 
 class HandResNet18:
-    """ResNet-18 written directly in JAX: NHWC, HWIO filters with the batch norm folded in (what a
-    person writing fast inference code would do), the weights from the Paddle model's state dict."""
+    """ResNet-18 written directly in JAX: NHWC, HWIO filters with the batch norm folded in, the
+    global mean as a product (what a person writing fast inference code would do, knowing what
+    docs/inference.md found), the weights from the Paddle model's state dict."""
 
     name = "jax"
 
@@ -221,7 +222,10 @@ class HandResNet18:
                 y = conv(y, block["c2"], 1, 1)
                 short = conv(x, block["down"], s, 0) if "down" in block else x
                 x = jax.nn.relu(y + short)
-            x = jnp.mean(x, axis=(1, 2))
+            # The global mean as a product: as a reduction it made XLA give the last convolution a
+            # slow layout (docs/inference.md), 68 against 41 ms at batch 1.
+            n, h, w, c = x.shape
+            x = jnp.einsum("nsc,s->nc", x.reshape(n, h * w, c), jnp.full((h * w,), 1.0 / (h * w), x.dtype))
             return x @ params["fc"]["w"] + params["fc"]["b"]
 
         self.forward = jax.jit(forward)
@@ -231,15 +235,22 @@ class HandResNet18:
 
 
 # -- timing ----------------------------------------------------------------------------------------------
+# Pause before each timed run: after a run, OpenMP worker threads (oneDNN's in Paddle Inference)
+# spin for up to 200 ms (KMP_BLOCKTIME) and would take the cores from the next side's run.
+SETTLE_S = 0.25
+
+
 def _median_ms(sides: dict, x, repeat: int) -> dict:
     """Median milliseconds per run of each side; the sides take turns, one run each per round, so
-    that a burst of load on a shared machine hits them all alike."""
+    that a burst of load on a shared machine hits them all alike, with a pause before each run so
+    that no side runs while another's worker threads still spin."""
     for fn in sides.values():
         for _ in range(3):  # warm-up: compile, allocator, thread pools
             fn(x)
     times = {name: [] for name in sides}
     for _ in range(repeat):
         for name, fn in sides.items():
+            time.sleep(SETTLE_S)
             t = time.perf_counter()
             fn(x)
             times[name].append(time.perf_counter() - t)

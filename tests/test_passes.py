@@ -86,7 +86,19 @@ def _check_model(prefix, xs, convs_with_bn):
     # NHWC: every conv runs channel-last; transposes only at the chain's edges.
     convs = [op for op in fast.global_block().ops if op.type in ("conv2d", "depthwise_conv2d")]
     assert convs and all(op.attr("data_format") == "NHWC" for op in convs)
-    assert _op_types(fast).count("transpose2") <= 3
+    block = fast.global_block()
+    image_transposes = [op for op in block.ops if op.type == "transpose2"
+                        and not block.var(op.input("X")[0]).persistable]
+    assert len(image_transposes) <= 3
+    # Every conv2d filter wider than 1x1 is an HWIO parameter turned back to OIHW in the program.
+    for op in convs:
+        source = [o for o in block.ops if op.input("Filter")[0] in o.output_arg_names]
+        wide = block.var(op.input("Filter")[0]).shape[2:] != (1, 1)
+        if op.type == "conv2d" and wide:
+            assert len(source) == 1 and source[0].type == "transpose2" and source[0].attr("axis") == [3, 2, 0, 1]
+            assert block.var(source[0].input("X")[0]).persistable
+        else:
+            assert not source
     assert "reshape2" not in _op_types(fast)  # the conv biases' reshapes went with the fold
     base, = exe.run(plain, feed={feeds[0]: xs}, fetch_list=fetches, scope=scope)
     fast_scope = fj.Scope()
@@ -95,6 +107,16 @@ def _check_model(prefix, xs, convs_with_bn):
     assert _rel_err(base, want) < 1e-5
     assert _rel_err(got, base) < 1e-5
     assert _rel_err(got, want) < 1e-5
+    # The optimized program is still a Paddle program: Paddle runs it with its new parameters.
+    import paddle_oracle as po
+
+    paddle.enable_static()
+    try:
+        theirs = po.run(fast.serialize(), {feeds[0]: xs}, [v.name for v in fetches2],
+                        po.persistable_values(fast, fast_scope))
+    finally:
+        paddle.disable_static()
+    assert _rel_err(theirs[0], want) < 1e-5
 
 
 def test_small_cnn_with_random_bn_folds_and_matches_paddle(tmp_path):
@@ -279,3 +301,41 @@ def test_pointwise_conv_by_dot_matches_paddle(fmt, strides):
                                        data_format=fmt).numpy()
     assert got.shape == want.shape
     assert _rel_err(got, want) < 1e-5
+
+
+def test_filters_hwio_moves_only_what_it_may():
+    """A filter shared by two channel-last 3x3 convs moves once (one transpose2 before the first);
+    a 1x1 filter, a filter named in ``keep`` and the filter of an NCHW conv stay OIHW; the scope's
+    original values are untouched; the result equals the unmoved program's."""
+    main, startup = fj.Program(), fj.Program()
+    startup.random_seed = 7
+    with fj.program_guard(main, startup):
+        x = layer.data("x", shape=[6, 6, 4])
+        shared = fj.ParamAttr(name="shared_w")
+        a = layer.conv2d(x, 4, 3, padding=1, param_attr=shared, bias_attr=False, data_format="NHWC")
+        b = layer.conv2d(a, 4, 3, padding=1, param_attr=shared, bias_attr=False, data_format="NHWC")
+        c = layer.conv2d(b, 5, 1, param_attr=fj.ParamAttr(name="one_w"), bias_attr=False, data_format="NHWC")
+        d = layer.conv2d(c, 3, 3, param_attr=fj.ParamAttr(name="kept_w"), bias_attr=False, data_format="NHWC")
+        e = layer.conv2d(layer.transpose(d, [0, 3, 1, 2]), 2, 3, param_attr=fj.ParamAttr(name="nchw_w"),
+                         bias_attr=False)
+    scope, exe = fj.Scope(), fj.Executor()
+    exe.run(startup, scope=scope)
+    originals = {n: np.asarray(scope.find_var(n).get_tensor()).copy() for n in ("shared_w", "one_w", "kept_w", "nchw_w")}
+    xs = np.random.default_rng(0).standard_normal((2, 6, 6, 4)).astype(np.float32)
+    want, = exe.run(main, feed={"x": xs}, fetch_list=[e], scope=scope)
+    moved = main.clone()
+    assert passes.filters_hwio(moved, scope, keep=["kept_w"]) == 1
+    block = moved.global_block()
+    transposes = [op for op in block.ops if op.type == "transpose2" and op.input("X")[0].startswith("shared_w")]
+    assert len(transposes) == 1 and block.ops.index(transposes[0]) < block.ops.index(
+        next(op for op in block.ops if op.type == "conv2d"))
+    filters = [op.input("Filter")[0] for op in block.ops if op.type == "conv2d"]
+    assert filters[0] == filters[1] == transposes[0].output("Out")[0]
+    assert filters[2:] == ["one_w", "kept_w", "nchw_w"]
+    assert block.find_var("shared_w") is None          # no op reads it any more: not saved again
+    hwio = np.asarray(scope.find_var(transposes[0].input("X")[0]).get_tensor())
+    np.testing.assert_array_equal(hwio, originals["shared_w"].transpose(2, 3, 1, 0))
+    for name, value in originals.items():
+        np.testing.assert_array_equal(np.asarray(scope.find_var(name).get_tensor()), value)
+    got, = exe.run(moved, feed={"x": xs}, fetch_list=[e.name], scope=scope)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
