@@ -235,15 +235,16 @@ class HandResNet18:
 
 
 # -- timing ----------------------------------------------------------------------------------------------
-# Pause before each timed run: after a run, OpenMP worker threads (oneDNN's in Paddle Inference)
-# spin for up to 200 ms (KMP_BLOCKTIME) and would take the cores from the next side's run.
+# Before each timed run: a pause, since after a run OpenMP worker threads (oneDNN's in Paddle
+# Inference) spin for up to 200 ms (KMP_BLOCKTIME) and would take the cores from the next side's
+# run; then one untimed run of the same side, so that the timed one finds its own thread pool
+# awake and its data in cache (the steady state of back-to-back requests, on every side).
 SETTLE_S = 0.25
 
 
 def _median_ms(sides: dict, x, repeat: int) -> dict:
-    """Median milliseconds per run of each side; the sides take turns, one run each per round, so
-    that a burst of load on a shared machine hits them all alike, with a pause before each run so
-    that no side runs while another's worker threads still spin."""
+    """Median milliseconds per run of each side, warm (see SETTLE_S); the sides take turns, one
+    timed run each per round, so that a burst of load on a shared machine hits them all alike."""
     for fn in sides.values():
         for _ in range(3):  # warm-up: compile, allocator, thread pools
             fn(x)
@@ -251,6 +252,7 @@ def _median_ms(sides: dict, x, repeat: int) -> dict:
     for _ in range(repeat):
         for name, fn in sides.items():
             time.sleep(SETTLE_S)
+            fn(x)
             t = time.perf_counter()
             fn(x)
             times[name].append(time.perf_counter() - t)
