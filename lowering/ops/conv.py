@@ -153,6 +153,24 @@ def _pointwise_by_dot(x, w, strides, last: bool):
     return jnp.einsum(spec, x, w[:, :, 0, 0])
 
 
+def _few_channels_by_dot(x, w, strides, pads):
+    """A channel-last convolution of an input with few channels (an image's 3) as one matrix
+    product of its patches: XLA's CPU convolution runs these poorly (MobileNetV2's first layer,
+    8×224×224×3 → 32, 3×3 stride 2: 8.1 ms as a convolution, 3.5 ms as patches × filter)."""
+    n, c = x.shape[0], x.shape[3]
+    o, _, kh, kw = w.shape
+    xp = jnp.pad(x, [(0, 0), tuple(pads[0]), tuple(pads[1]), (0, 0)])
+    out_h = (xp.shape[1] - kh) // strides[0] + 1
+    out_w = (xp.shape[2] - kw) // strides[1] + 1
+    cols = [lax.slice(xp, (0, i, j, 0), (n, i + (out_h - 1) * strides[0] + 1, j + (out_w - 1) * strides[1] + 1, c),
+                      (1, strides[0], strides[1], 1)) for i in range(kh) for j in range(kw)]
+    patches = jnp.concatenate(cols, axis=-1)                              # [n, oh, ow, (i, j, c)]
+    return patches @ jnp.transpose(w, (2, 3, 1, 0)).reshape(kh * kw * c, o)
+
+
+_PATCH_LIMIT = 32      # kh·kw·channels up to which a channel-last conv runs as patches × filter
+
+
 def _conv(ctx):
     x, w = ctx.input("Input"), ctx.input("Filter")
     last = _channel_last(ctx.attr("data_format"))
@@ -164,6 +182,9 @@ def _conv(ctx):
         return {"Output": _depthwise_by_shifts(x, w, strides, pads, dil, last)}
     if groups == 1 and tuple(w.shape[2:]) == (1, 1) and all(p == (0, 0) for p in map(tuple, pads)):
         return {"Output": _pointwise_by_dot(x, w, strides, last)}
+    if (groups == 1 and last and x.ndim == 4 and tuple(dil) == (1, 1) and w.shape[1] == x.shape[3]
+            and int(np.prod(w.shape[1:])) <= _PATCH_LIMIT and all(min(p) >= 0 for p in map(tuple, pads))):
+        return {"Output": _few_channels_by_dot(x, w, strides, pads)}
     out = lax.conv_general_dilated(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
                                    dimension_numbers=_dimension_numbers(last),
                                    feature_group_count=ctx.attr("groups") or 1)

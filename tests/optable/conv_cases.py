@@ -46,6 +46,9 @@ CASES = [
          {"strides": [2, 2], "padding_algorithm": "VALID", "paddings": [3, 3]}, name="valid", **CONV),
     Case("conv2d", {"Input": rand(2, 7, 8, 3), "Filter": rand(4, 3, 3, 3)},
          {"strides": [2, 1], "paddings": [1, 1], "data_format": "NHWC"}, name="nhwc", **CONV),
+    # few input channels, channel-last: lowered as patches x filter (2x3 window, asymmetric padding)
+    Case("conv2d", {"Input": rand(2, 5, 6, 2, dtype="float64"), "Filter": rand(3, 2, 2, 3, dtype="float64")},
+         {"strides": [1, 2], "paddings": [1, 0, 0, 2], "data_format": "NHWC"}, name="nhwc_patches_f64", **CONV),
     Case("conv2d", {"Input": rand(2, 3, 5, 5, dtype="float64"), "Filter": rand(2, 3, 3, 3, dtype="float64")},
          {"paddings": [1, 1], "strides": [2, 2]}, name="f64", **CONV),
     Case("depthwise_conv2d", {"Input": rand(2, 3, 7, 8), "Filter": rand(6, 1, 3, 3)},
