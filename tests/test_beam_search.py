@@ -233,3 +233,30 @@ def test_while_beam_search_decoder_matches_paddle(max_len):
         np.testing.assert_array_equal(np.asarray(plain[0]), np.asarray(ours[0]))
     else:
         assert steps < max_len, "every beam should have ended before 40 steps"
+
+
+def test_while_array_of_plain_elements_refuses_lod_elements():
+    """A loop that writes a two-level LoD tensor into an array whose first element is plain is
+    refused with a message naming the op, not run with the LoD silently dropped."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=2)
+        ids = layer.data("ids", dims=1, dtype="int64", lod_level=2)
+        array = layer.create_array("float32")
+        i = layer.zeros([1], "int64")
+        layer.array_write(x, i, array)
+        n = layer.fill_constant([1], "int64", 2)
+        cond = layer.less_than(i, n)
+        loop = layer.While(cond)
+        with loop.block():
+            emb = layer.embedding(ids, [10, 2])
+            layer.increment(i, 1, in_place=True)
+            layer.array_write(emb, i, array)
+            layer.assign(layer.less_than(i, n), cond)
+        out = layer.array_read(array, i)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": np.ones((3, 2), "float32"),
+            "ids": fj.create_lod_tensor(np.ones((3, 1), "int64"), [[1, 1, 1], [1, 1, 1]])}
+    with pytest.raises(fj.OpRuntimeError, match="write_to_array.*holds plain tensors; X is a LoD tensor"):
+        exe.run(main, feed=feed, fetch_list=[out], scope=scope)

@@ -813,6 +813,8 @@ def write_to_array(ctx):
     if isinstance(raw, LoDValue) or (isinstance(array, TensorArray) and isinstance(array.buffer, LoDValue)):
         # An element keeps its LoD (or the count of its rows, when that is data)
         from .lod_array import counted, write_lod_item
+        if not isinstance(raw, LoDValue) and jnp.ndim(raw) == 0:
+            raise OpRuntimeError(f"{_where(ctx.op)}: array {name!r} holds LoD tensors (rows); X is a scalar")
         item = raw if isinstance(raw, LoDValue) else counted(_strong(jnp.asarray(raw)))
         return {"Out": write_lod_item(ctx, item, _index(ctx), array, None if room else _static_index(ctx), room)}
     x = _strong(jnp.asarray(raw))
