@@ -266,11 +266,13 @@ lod_aware("lod_rank_table", "lod_tensor_to_array", "array_to_lod_tensor", "reord
           "shrink_rnn_memory")
 
 
-# -- arrays of LoD elements (written outside loops) ---------------------------------------------------
+# -- arrays of LoD elements ---------------------------------------------------------------------------
 # An array whose elements are LoD tensors (beam search's per-step ids and scores) holds them as one
 # LoDValue buffer: data [capacity, rows, ...] and each level's offsets [capacity, entries]. Elements
 # with fewer rows or inner-level entries are padded (zero rows; inner levels repeat their last
-# offset, i.e. empty sequences at the end); every element's outermost level has one length.
+# offset, i.e. empty sequences at the end); every element's outermost level has one length. In a
+# loop the capacity and the element size are fixed before it starts (control_flow._Loop widens
+# them to what the body writes); plain rows whose count is data are stored as one sequence.
 def _pad_axis(a, size: int, axis: int, edge: bool = False):
     extra = size - a.shape[axis]
     if extra <= 0:
@@ -389,8 +391,8 @@ def beam_search_decode(ctx):
     ids_arr, scores_arr = ctx.input("Ids"), ctx.input("Scores")
     for name, arr in (("Ids", ids_arr), ("Scores", scores_arr)):
         if not isinstance(arr, TensorArray) or not isinstance(arr.buffer, LoDValue) or arr.buffer.lod_level != 2:
-            raise OpRuntimeError(f"{_where(ctx)}: {name} must be an array of two-level LoD tensors written "
-                                 "outside loops (beam_search's selected ids / scores of each step)")
+            raise OpRuntimeError(f"{_where(ctx)}: {name} must be an array of two-level LoD tensors "
+                                 "(beam_search's selected ids / scores of each step)")
     beam, end_id = int(ctx.attr("beam_size")), int(ctx.attr("end_id"))
     if beam <= 0:
         raise OpRuntimeError(f"{_where(ctx)}: beam_size must be positive, got {beam}")
