@@ -162,44 +162,26 @@ def test_unrolled_beam_search_decoder_matches_paddle():
 
 
 def _while_decoder_program(max_len, beam, vocab=12, hidden=6, end_id=0):
-    """:func:`_decoder_program` as Fluid's book writes it: one ``While`` step per word over arrays
-    of states, ids and scores, ending at ``max_len`` steps or when ``beam_search`` selected nothing."""
+    """:func:`_decoder_program` as Fluid's book writes it: one ``While`` step per word
+    (``beam_decoder.while_beam_decoder``) with the same parameters."""
+    from beam_decoder import while_beam_decoder
+
+    def step(pre_ids, expanded, pre_score):
+        emb = layer.embedding(pre_ids, [vocab, hidden], param_attr=fj.ParamAttr(name="emb"))
+        state = layer.fc([expanded, emb], hidden, activation="tanh",
+                         param_attr=[fj.ParamAttr(name="w_state"), fj.ParamAttr(name="w_emb")],
+                         bias_attr=fj.ParamAttr(name="b_state"))
+        score = layer.fc(layer.lod_reset(state, pre_score), vocab, activation="softmax",
+                         param_attr=fj.ParamAttr(name="w_out"), bias_attr=fj.ParamAttr(name="b_out"))
+        return state, score
+
     main, startup = fj.Program(), fj.Program()
     startup.random_seed = 3
     with fj.program_guard(main, startup):
         init_ids = layer.data("init_ids", dims=1, dtype="int64", lod_level=2)
         init_scores = layer.data("init_scores", dims=1, lod_level=2)
         context = layer.data("context", dims=hidden)
-        array_len = layer.fill_constant([1], "int64", max_len)
-        counter = layer.zeros([1], "int64")
-        state_array = layer.create_array("float32")
-        layer.array_write(context, counter, state_array)
-        ids_array, scores_array = layer.create_array("int64"), layer.create_array("float32")
-        layer.array_write(init_ids, counter, ids_array)
-        layer.array_write(init_scores, counter, scores_array)
-        cond = layer.less_than(counter, array_len)
-        loop = layer.While(cond)
-        with loop.block():
-            pre_ids = layer.array_read(ids_array, counter)
-            pre_state = layer.array_read(state_array, counter)
-            pre_score = layer.array_read(scores_array, counter)
-            expanded = layer.sequence_expand(pre_state, pre_score)
-            emb = layer.embedding(pre_ids, [vocab, hidden], param_attr=fj.ParamAttr(name="emb"))
-            state = layer.fc([expanded, emb], hidden, activation="tanh",
-                             param_attr=[fj.ParamAttr(name="w_state"), fj.ParamAttr(name="w_emb")],
-                             bias_attr=fj.ParamAttr(name="b_state"))
-            score = layer.fc(layer.lod_reset(state, pre_score), vocab, activation="softmax",
-                             param_attr=fj.ParamAttr(name="w_out"), bias_attr=fj.ParamAttr(name="b_out"))
-            top_scores, top_ids = layer.topk(score, beam)
-            accu = layer.elementwise_add(layer.log(top_scores), layer.reshape(pre_score, [-1]), axis=0)
-            selected_ids, selected_scores = layer.beam_search(pre_ids, pre_score, top_ids, accu, beam, end_id)
-            layer.increment(counter, 1, in_place=True)
-            layer.array_write(state, counter, state_array)
-            layer.array_write(selected_ids, counter, ids_array)
-            layer.array_write(selected_scores, counter, scores_array)
-            length_cond = layer.less_than(counter, array_len)
-            layer.logical_and(length_cond, layer.logical_not(layer.is_empty(selected_ids)), out=cond)
-        out_ids, out_scores = layer.beam_search_decode(ids_array, scores_array, beam, end_id)
+        out_ids, out_scores, counter = while_beam_decoder(context, init_ids, init_scores, step, max_len, beam, end_id)
     return main, startup, [out_ids.name, out_scores.name, counter.name]
 
 

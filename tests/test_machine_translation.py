@@ -123,42 +123,20 @@ def test_machine_translation_trains_like_paddle():
 
 
 def _generator():
-    """The book's ``decode``: arrays of states, ids and scores; each ``While`` step expands the
-    previous state to the live prefixes, scores the next word, keeps the accumulated log-scores'
-    best ``BEAM`` per source with ``beam_search``, and stops at ``MAX_LEN`` steps or when
-    ``beam_search`` selected nothing (every beam ended)."""
+    """The book's ``decode`` (``beam_decoder.while_beam_decoder``) with the trained encoder and
+    decoder parameters: beam ``BEAM``, at most ``MAX_LEN`` steps."""
+    from beam_decoder import while_beam_decoder
+
+    def step(pre_ids, expanded, pre_score):
+        state = _decoder_step(_trg_embedding(pre_ids), expanded, state_first=True)
+        return state, _scores(layer.lod_reset(state, pre_score))
+
     main, startup = fj.Program(), fj.Program()
     with fj.program_guard(main, startup):
         context = _encoder()
         init_ids = layer.data("init_ids", dims=1, dtype="int64", lod_level=2)
         init_scores = layer.data("init_scores", dims=1, lod_level=2)
-        array_len = layer.fill_constant([1], "int64", MAX_LEN)
-        counter = layer.zeros([1], "int64")
-        state_array = layer.create_array("float32")
-        layer.array_write(context, counter, state_array)
-        ids_array, scores_array = layer.create_array("int64"), layer.create_array("float32")
-        layer.array_write(init_ids, counter, ids_array)
-        layer.array_write(init_scores, counter, scores_array)
-        cond = layer.less_than(counter, array_len)
-        loop = layer.While(cond)
-        with loop.block():
-            pre_ids = layer.array_read(ids_array, counter)
-            pre_state = layer.array_read(state_array, counter)
-            pre_score = layer.array_read(scores_array, counter)
-            expanded = layer.sequence_expand(pre_state, pre_score)
-            state = _decoder_step(_trg_embedding(pre_ids), expanded, state_first=True)
-            score = _scores(layer.lod_reset(state, pre_score))
-            top_scores, top_ids = layer.topk(score, BEAM)
-            accu = layer.elementwise_add(layer.log(top_scores), layer.reshape(pre_score, [-1]), axis=0)
-            selected_ids, selected_scores = layer.beam_search(pre_ids, pre_score, top_ids, accu, BEAM, END_ID)
-            layer.increment(counter, 1, in_place=True)
-            layer.array_write(state, counter, state_array)
-            layer.array_write(selected_ids, counter, ids_array)
-            layer.array_write(selected_scores, counter, scores_array)
-            length_cond = layer.less_than(counter, array_len)
-            finish_cond = layer.logical_not(layer.is_empty(selected_ids))
-            layer.logical_and(length_cond, finish_cond, out=cond)
-        ids, scores = layer.beam_search_decode(ids_array, scores_array, BEAM, END_ID)
+        ids, scores, counter = while_beam_decoder(context, init_ids, init_scores, step, MAX_LEN, BEAM, END_ID)
     return main, [ids.name, scores.name, counter.name]
 
 
