@@ -22,15 +22,20 @@ from .lowering import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPlace, Exec
 from .lowering.flags import get_flags, set_flags
 from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
-from .viz import draw
+from .frontend.drawing import draw
 from .frontend.training_loop import History, evaluate, train
 from .ir.callstack import install_notebook_tracebacks as _install_notebook_tracebacks
-from . import distributed  # noqa: E402,F401  (fj.distributed: multi-process runs)
-from . import io  # noqa: E402  (fj.io: Paddle's saved models and checkpoints, StableHLO export)
-from . import passes  # noqa: E402  (fj.passes: conv+bn folding, NHWC layout for inference)
+from .lowering import distributed  # noqa: E402  (fj.distributed: multi-process runs)
+from .frontend import io  # noqa: E402  (fj.io: Paddle's saved models and checkpoints, StableHLO export)
+from .frontend import passes  # noqa: E402  (fj.passes: conv+bn folding, NHWC layout for inference)
+from .frontend import drawing as _drawing  # noqa: E402
 
-# `import fluidjax.reader` / `from fluidjax.reader import shuffle` work like the attribute.
-_sys.modules[__name__ + ".reader"] = reader
+# Public module paths whose code lives in the four folders: `import fluidjax.io`,
+# `python -m fluidjax.distributed.launch`, `from fluidjax.reader import shuffle` work as the
+# attributes do. The root holds no other module (docs/layout.md).
+for _name, _module in {"io": io, "passes": passes, "distributed": distributed, "reader": reader,
+                       "viz": _drawing}.items():
+    _sys.modules[f"{__name__}.{_name}"] = _module
 _install_notebook_tracebacks()  # in Jupyter, fluidjax errors show the user's cells only
 
 __version__ = "0.1.0"

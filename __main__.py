@@ -1,4 +1,4 @@
-"""``fluidjax COMMAND`` / ``python -m fluidjax COMMAND``: the command line (see ``fluidjax/cli.py``)."""
+"""``fluidjax COMMAND`` / ``python -m fluidjax COMMAND``: the command line (see ``fluidjax/frontend/cli.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    from .cli import main as cli_main
+    from .frontend.cli import main as cli_main
 
     return cli_main(argv)
 

@@ -25,9 +25,8 @@ from ..ir import dtypes, unique_name
 from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
-from .layers import fill_constant
 from .math_layers import equal, logical_and, logical_not
-from .tensor_layers import assign, cast
+from .tensor_layers import assign, cast, fill_constant
 
 __all__ = ["cond", "while_loop", "switch_case", "case", "increment", "is_empty", "create_array", "array_write",
            "array_read", "array_length", "While", "Switch"]

@@ -29,7 +29,7 @@ from ..ir.variable import Variable
 from .control_flow_layers import While, array_read, array_write, increment
 from .initializer import fill_constant_attrs
 from .layer_helper import LayerHelper
-from .layers import fill_constant
+from .tensor_layers import fill_constant
 
 __all__ = ["lod_rank_table", "max_sequence_len", "lod_tensor_to_array", "array_to_lod_tensor",
            "reorder_lod_tensor_by_rank", "shrink_memory", "DynamicRNN", "beam_search", "beam_search_decode"]

@@ -9,6 +9,7 @@ from ..ir import tracking, unique_name
 from ..ir.program import default_main_program, default_startup_program
 from ..ir.variable import Parameter, Variable
 from .initializer import Constant, Initializer, Xavier
+from .layer_args import with_fluid_spellings
 from .param_attr import ParamAttr
 
 
@@ -26,8 +27,10 @@ def atomic_layer(fn: _F) -> _F:
     Calls nest: an inner layer call that fails is undone alone (a savepoint), and only the
     outermost call's success discards the journal. Every public function of ``fj.layer`` and
     the Variable operators are wrapped (see the end of ``frontend/layers.py``).
+
+    It also gives the layer Fluid's keyword spellings (:mod:`.layer_args`).
     """
-    layer = functools.wraps(fn)(tracking.transactional(fn))
+    layer = functools.wraps(fn)(tracking.transactional(with_fluid_spellings(fn)))
     layer.__fluidjax_atomic__ = True
     return layer  # type: ignore[return-value]
 

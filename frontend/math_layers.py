@@ -1,9 +1,7 @@
 """Math layer functions: reductions, searches, activations, elementwise math, comparisons, logic.
 
 Names, parameters and defaults follow Paddle's ``fluid.layers``; the ops they emit and their
-results follow Paddle 2.6 (e.g. a full reduction is 0-d). ``relu``, ``sigmoid``, ``tanh``,
-``softmax``, ``mean``, ``scale`` and ``elementwise_add`` … ``elementwise_div`` are in
-:mod:`fluidjax.frontend.layers`.
+results follow Paddle 2.6 (e.g. a full reduction is 0-d). 
 
 >>> x = data("x", dims=[3, 4])                 # (-1, 3, 4)
 >>> s = reduce_sum(x, dim=1)                   # (-1, 4)
@@ -16,7 +14,7 @@ from typing import Sequence
 
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
-from .layers import _activate
+from .layer_args import activate
 
 __all__ = [
     # reductions and searches
@@ -25,12 +23,45 @@ __all__ = [
     # activations and unary math
     "relu6", "leaky_relu", "elu", "gelu", "swish", "silu", "hard_swish", "hard_sigmoid", "softplus", "softsign",
     "exp", "log", "sqrt", "rsqrt", "abs", "square", "pow", "sign", "floor", "ceil", "round", "reciprocal", "clip",
+    "mean", "softmax", "relu", "sigmoid", "tanh", "scale",
     # binary math
-    "elementwise_max", "elementwise_min", "elementwise_pow", "elementwise_mod", "elementwise_floordiv", "sums",
+    "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_pow", "elementwise_mod", "elementwise_floordiv", "sums",
     # comparisons and logic
     "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal",
     "logical_and", "logical_or", "logical_xor", "logical_not", "where", "isfinite",
 ]
+
+
+def mean(x: Variable, name: str | None = None) -> Variable:
+    """The mean of all elements, a 0-d Variable."""
+    return LayerHelper("mean", name).simple_op("mean", {"X": x})
+
+
+def softmax(input: Variable, axis: int = -1, name: str | None = None) -> Variable:
+    """Softmax along ``axis``."""
+    return LayerHelper("softmax", name).simple_op("softmax", {"X": input}, {"axis": axis})
+
+
+def relu(x: Variable, name: str | None = None) -> Variable:
+    """max(x, 0)."""
+    return LayerHelper("relu", name).simple_op("relu", {"X": x})
+
+
+def sigmoid(x: Variable, name: str | None = None) -> Variable:
+    """1 / (1 + exp(-x))."""
+    return LayerHelper("sigmoid", name).simple_op("sigmoid", {"X": x})
+
+
+def tanh(x: Variable, name: str | None = None) -> Variable:
+    """tanh(x)."""
+    return LayerHelper("tanh", name).simple_op("tanh", {"X": x})
+
+
+def scale(x: Variable, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True,
+          name: str | None = None) -> Variable:
+    """scale * x + bias."""
+    return LayerHelper("scale", name).simple_op(
+        "scale", {"X": x}, {"scale": float(scale), "bias": float(bias), "bias_after_scale": bias_after_scale})
 
 
 def _out(helper: LayerHelper, out: Variable | None, dtype: str, stop_gradient: bool = False) -> Variable:
@@ -216,7 +247,7 @@ def clip(x: Variable, min: float, max: float, name: str | None = None) -> Variab
 def _elementwise(op_type: str, doc: str):
     def layer(x: Variable, y: Variable, axis: int = -1, activation=None, name: str | None = None) -> Variable:
         helper = LayerHelper(op_type, name)
-        return _activate(helper.simple_op(op_type, {"X": x, "Y": y}, {"axis": int(axis)}), activation, helper)
+        return activate(helper.simple_op(op_type, {"X": x, "Y": y}, {"axis": int(axis)}), activation, helper)
 
     layer.__name__ = op_type
     layer.__doc__ = (f"{doc}\n\n``y`` broadcasts against ``x`` like NumPy (``axis=-1``) or, with ``axis``, "
@@ -224,6 +255,10 @@ def _elementwise(op_type: str, doc: str):
     return layer
 
 
+elementwise_add = _elementwise("elementwise_add", "x + y elementwise.")
+elementwise_sub = _elementwise("elementwise_sub", "x - y elementwise.")
+elementwise_mul = _elementwise("elementwise_mul", "x * y elementwise.")
+elementwise_div = _elementwise("elementwise_div", "x / y elementwise.")
 elementwise_max = _elementwise("elementwise_max", "max(x, y) elementwise (on ties the gradient goes to y).")
 elementwise_min = _elementwise("elementwise_min", "min(x, y) elementwise (on ties the gradient goes to y).")
 elementwise_pow = _elementwise("elementwise_pow", "x ** y elementwise.")

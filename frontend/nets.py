@@ -22,17 +22,11 @@ from .layer_helper import atomic_layer
 __all__ = ["simple_img_conv_pool", "img_conv_group", "sequence_conv_pool", "glu", "scaled_dot_product_attention"]
 
 
-def _activation(activation, act):
-    if activation is not None and act is not None and activation != act:
-        raise ValueError(f"give activation= or act=, not both ({activation!r} vs {act!r})")
-    return activation if activation is not None else act
-
-
 @atomic_layer
 def simple_img_conv_pool(input: Variable, num_filters: int, filter_size, pool_size, pool_stride, pool_padding=0,
                          pool_type: str = "max", global_pooling: bool = False, conv_stride=1, conv_padding=0,
                          conv_dilation=1, conv_groups=1, param_attr=None, bias_attr=None,
-                         activation=None, use_cudnn: bool = True, act=None) -> Variable:
+                         activation=None, use_cudnn: bool = True) -> Variable:
     """``conv2d`` (with its activation) followed by ``pool2d``: LeNet's building block.
 
     >>> simple_img_conv_pool(img, num_filters=20, filter_size=5, pool_size=2, pool_stride=2,
@@ -40,7 +34,7 @@ def simple_img_conv_pool(input: Variable, num_filters: int, filter_size, pool_si
     """
     conv = layers.conv2d(input, num_filters=num_filters, filter_size=filter_size, stride=conv_stride,
                          padding=conv_padding, dilation=conv_dilation, groups=conv_groups, param_attr=param_attr,
-                         bias_attr=bias_attr, use_cudnn=use_cudnn, activation=_activation(activation, act))
+                         bias_attr=bias_attr, use_cudnn=use_cudnn, activation=activation)
     return layers.pool2d(conv, pool_size=pool_size, pool_type=pool_type, pool_stride=pool_stride,
                          pool_padding=pool_padding, global_pooling=global_pooling, use_cudnn=use_cudnn)
 
@@ -90,7 +84,7 @@ def img_conv_group(input: Variable, conv_num_filter: Sequence[int], pool_size, c
 
 @atomic_layer
 def sequence_conv_pool(input: Variable, num_filters: int, filter_size: int, param_attr=None, activation="sigmoid",
-                       pool_type: str = "max", bias_attr=None, act=None) -> Variable:
+                       pool_type: str = "max", bias_attr=None) -> Variable:
     """``sequence_conv`` over a window of ``filter_size`` rows (with its activation), then
     ``sequence_pool``: one row per sequence. The text CNN of the Fluid book's sentiment chapter.
 
@@ -99,7 +93,6 @@ def sequence_conv_pool(input: Variable, num_filters: int, filter_size: int, para
     if input.lod_level < 1:
         raise ShapeError(f"sequence_conv_pool: input must be a LoD tensor (lod_level >= 1), "
                          f"got {input.name!r} with lod_level {input.lod_level}")
-    activation = act if act is not None and activation == "sigmoid" else activation
     conv = layers.sequence_conv(input, num_filters=num_filters, filter_size=filter_size, param_attr=param_attr,
                                 bias_attr=bias_attr, activation=activation)
     return layers.sequence_pool(conv, pool_type=pool_type)

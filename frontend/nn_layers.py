@@ -20,10 +20,11 @@ from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .initializer import Constant, Normal
 from .layer_helper import LayerHelper
-from .layers import _activate
+from .layer_args import activate
 from .param_attr import ParamAttr
 
 __all__ = [
+    "fc", "cross_entropy", "square_error_cost",
     "conv2d", "conv2d_transpose", "pool2d", "adaptive_pool2d",
     "batch_norm", "layer_norm", "group_norm", "instance_norm", "dropout",
     "embedding", "matmul", "log_softmax", "prelu", "cos_sim",
@@ -32,6 +33,84 @@ __all__ = [
 ]
 
 Activation = str | Callable | None
+
+
+def fc(input: Variable | Sequence[Variable], output_size: int, activation: str | Callable | None = None,
+       num_flatten_dims: int = 1, param_attr=None, bias_attr=None, name: str | None = None) -> Variable:
+    """A fully connected layer: ``activation(input · W + b)``, emitted as ``mul``, ``elementwise_add``
+    and the activation op. ``W`` is ``[prod(input.shape[num_flatten_dims:]), output_size]``.
+
+    ``input`` may be a list of Variables (Fluid 1.x): each gets its own weight (``fc_0.w_0``,
+    ``fc_0.w_1``, … — ``param_attr`` may be a list with one attr per input), the products are
+    added by a ``sum`` op, and one bias follows.
+
+    >>> fc([fc_last, lstm_last], output_size=2, activation="softmax")   # doctest: +SKIP
+    """
+    if not isinstance(output_size, int) or output_size <= 0:
+        raise ValueError(f"fc: output_size must be a positive int, got {output_size!r}")
+    inputs = list(input) if isinstance(input, (list, tuple)) else [input]
+    if not inputs:
+        raise ValueError("fc: input is an empty list")
+    attrs = list(param_attr) if isinstance(param_attr, (list, tuple)) else [param_attr] * len(inputs)
+    if len(attrs) != len(inputs):
+        raise ValueError(f"fc: {len(attrs)} param_attr for {len(inputs)} inputs")
+    helper = LayerHelper("fc", name)
+    dtype = inputs[0].dtype
+    products = []
+    for x, attr in zip(inputs, attrs):
+        in_features = 1
+        for d in x.shape[num_flatten_dims:]:
+            if d < 0:
+                raise ShapeError(f"fc: the dims of {x.name!r} {x.shape} after num_flatten_dims="
+                                 f"{num_flatten_dims} must be known to size the weight")
+            in_features *= d
+        w = helper.create_parameter(ParamAttr.to_attr(attr), (in_features, output_size), dtype)
+        tmp = helper.create_tmp(dtype)
+        helper.append_op("mul", {"X": x, "Y": w}, {"Out": tmp},
+                         {"x_num_col_dims": num_flatten_dims, "y_num_col_dims": 1})
+        products.append(tmp)
+    tmp = products[0]
+    if len(products) > 1:
+        tmp = helper.create_tmp(dtype)
+        helper.append_op("sum", {"X": products}, {"Out": tmp}, {})
+    battr = ParamAttr.to_attr(bias_attr)
+    if battr is not None:
+        b = helper.create_parameter(battr, (output_size,), dtype, is_bias=True)
+        pre = helper.create_tmp(dtype)
+        helper.append_op("elementwise_add", {"X": tmp, "Y": b}, {"Out": pre}, {"axis": num_flatten_dims})
+        tmp = pre
+    return activate(tmp, activation, helper)
+
+
+def cross_entropy(input: Variable, label: Variable, soft_label: bool | None = None,
+                  ignore_index: int = -100) -> Variable:
+    """Cross entropy of probabilities ``input`` (-1, C) against ``label``; result (-1, 1).
+
+    ``soft_label=None`` decides from the label: an integer label of shape (-1, 1) holds class
+    indices; a float label is a soft (or one-hot) distribution over the classes. A float label
+    narrower than C is taken as a distribution over the first classes and zero-padded (a ``pad``
+    op, visible in the program); with ``soft_label=True`` the widths must match exactly.
+    """
+    helper = LayerHelper("cross_entropy")
+    if soft_label is None:
+        soft_label = dtypes.is_float(label.dtype)
+        classes, width = input.shape[-1], label.shape[-1]
+        if soft_label and 0 < width < classes and label.ndim == input.ndim:
+            padded = helper.create_tmp(label.dtype, stop_gradient=True)
+            paddings = [0, 0] * (label.ndim - 1) + [0, classes - width]
+            helper.append_op("pad", {"X": label}, {"Out": padded}, {"paddings": paddings, "pad_value": 0.0})
+            label = padded
+    out = helper.create_tmp(input.dtype)
+    helper.append_op("cross_entropy", {"X": input, "Label": label}, {"Y": out},
+                     {"soft_label": bool(soft_label), "ignore_index": ignore_index})
+    return out
+
+
+def square_error_cost(input: Variable, label: Variable) -> Variable:
+    """(input - label)², element by element (Paddle emits ``elementwise_sub`` and ``square``)."""
+    helper = LayerHelper("square_error_cost")
+    diff = helper.simple_op("elementwise_sub", {"X": input, "Y": label}, {"axis": -1})
+    return helper.simple_op("square", {"X": diff})
 
 
 # -- argument helpers ---------------------------------------------------------------------------------
@@ -146,7 +225,7 @@ def conv2d(input: Variable, num_filters: int, filter_size, stride=1, padding=0, 
         "strides": _pair(stride, "stride", "conv2d"), "paddings": paddings, "padding_algorithm": algorithm,
         "dilations": _pair(dilation, "dilation", "conv2d"), "groups": groups, "data_format": data_format})
     out = _add_bias(helper, out, bias_attr, num_filters, 3 if data_format == "NHWC" else 1)
-    return _activate(out, activation, helper)
+    return activate(out, activation, helper)
 
 
 def conv2d_transpose(input: Variable, num_filters: int, output_size=None, filter_size=None, padding=0, stride=1,
@@ -184,7 +263,7 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size=None, filter
         "strides": strides, "paddings": paddings, "padding_algorithm": algorithm, "dilations": dilations,
         "groups": groups, "data_format": data_format, "output_size": out_hw or []})
     out = _add_bias(helper, out, bias_attr, num_filters, 3 if data_format == "NHWC" else 1)
-    return _activate(out, activation, helper)
+    return activate(out, activation, helper)
 
 
 # -- pooling ------------------------------------------------------------------------------------------------
@@ -286,7 +365,7 @@ def batch_norm(input: Variable, activation: Activation = None, is_test: bool = F
         "SavedVariance": saved_variance, "ReserveSpace": reserve}, {
         "momentum": float(momentum), "epsilon": float(epsilon), "is_test": bool(is_test),
         "data_layout": data_layout, "use_global_stats": bool(use_global_stats), "trainable_statistics": False})
-    return _activate(y, activation, helper)
+    return activate(y, activation, helper)
 
 
 def layer_norm(input: Variable, scale: bool = True, shift: bool = True, begin_norm_axis: int = 1,
@@ -320,7 +399,7 @@ def layer_norm(input: Variable, scale: bool = True, shift: bool = True, begin_no
     variance = helper.create_tmp(dtype, stop_gradient=True)
     helper.append_op("layer_norm", inputs, {"Y": y, "Mean": mean, "Variance": variance},
                      {"epsilon": float(epsilon), "begin_norm_axis": int(begin_norm_axis)})
-    return _activate(y, activation, helper)
+    return activate(y, activation, helper)
 
 
 def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr=None, bias_attr=None,
@@ -348,7 +427,7 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr=
     variance = helper.create_tmp(dtype, stop_gradient=True)
     helper.append_op("group_norm", inputs, {"Y": y, "Mean": mean, "Variance": variance},
                      {"epsilon": float(epsilon), "groups": int(groups), "data_layout": data_layout})
-    return _activate(y, activation, helper)
+    return activate(y, activation, helper)
 
 
 def instance_norm(input: Variable, epsilon: float = 1e-05, param_attr=None, bias_attr=None,

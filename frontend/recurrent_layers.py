@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
-from .layers import fc
+from .nn_layers import fc
 from .param_attr import ParamAttr
 from .tensor_layers import concat
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..ir import dtypes
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
-from .layers import _activate
+from .layer_args import activate
 from .param_attr import ParamAttr
 
 __all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax", "sequence_reverse",
@@ -74,15 +74,9 @@ def sequence_concat(input: list, name: str | None = None) -> Variable:
     return out
 
 
-def _activation(act, activation):
-    if act is not None and activation is not None and act != activation:
-        raise ValueError(f"give the activation once: act={act!r} and activation={activation!r} differ")
-    return activation if activation is not None else act
-
-
 def sequence_conv(input: Variable, num_filters: int, filter_size: int = 3, filter_stride: int = 1,
                   padding: bool = True, padding_start: int | None = None, bias_attr=None, param_attr=None,
-                  act=None, name: str | None = None, activation=None) -> Variable:
+                  activation=None, name: str | None = None) -> Variable:
     """A 1-D convolution along every sequence of ``input`` ([rows, width], one LoD level).
 
     Row t sees rows ``t + padding_start ... t + padding_start + filter_size - 1`` of its own
@@ -109,7 +103,7 @@ def sequence_conv(input: Variable, num_filters: int, filter_size: int = 3, filte
         biased = helper.create_tmp(input.dtype)
         helper.append_op("elementwise_add", {"X": out, "Y": b}, {"Out": biased}, {"axis": 1})
         out = biased
-    return _activate(out, _activation(act, activation), helper)
+    return activate(out, activation, helper)
 
 
 def sequence_expand(x: Variable, y: Variable, ref_level: int = -1, name: str | None = None) -> Variable:
@@ -244,7 +238,7 @@ def im2sequence(input: Variable, filter_size=1, stride=1, padding=0, input_image
     return out
 
 
-def row_conv(input: Variable, future_context_size: int, param_attr=None, act=None, activation=None) -> Variable:
+def row_conv(input: Variable, future_context_size: int, param_attr=None, activation=None) -> Variable:
     """Lookahead convolution: row t is ``sum_k input[t + k] * W[k]`` for ``k <= future_context_size``
     within t's sequence; ``W`` is [future_context_size + 1, width]. Keeps ``input``'s LoD."""
     helper = LayerHelper("row_conv")
@@ -252,4 +246,4 @@ def row_conv(input: Variable, future_context_size: int, param_attr=None, act=Non
                                 input.dtype)
     out = helper.create_tmp(input.dtype)
     helper.append_op("row_conv", {"X": input, "Filter": w}, {"Out": out})
-    return _activate(out, _activation(act, activation), helper)
+    return activate(out, activation, helper)

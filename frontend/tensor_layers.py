@@ -4,7 +4,7 @@ Names and parameters follow Paddle's ``fluid.layers``; the ops they emit are Pad
 (``reshape2``, ``transpose2``, ``flatten_contiguous_range``, ``expand_v2``, ``one_hot_v2``,
 ``fill_any_like``, ...) with the slots and attributes Paddle's own Python API writes, so Paddle
 runs (and differentiates) the programs. ``flatten``, ``expand`` and ``one_hot`` have Paddle 2
-semantics (see their docstrings). ``fill_constant`` is in :mod:`fluidjax.frontend.layers`.
+semantics (see their docstrings).
 
 Shapes, indices and bounds are Python ints: XLA compiles static shapes, so the tensor forms
 Paddle also accepts (a Variable as ``shape``, ``starts``, ``repeat_times`` ...) raise a clear
@@ -28,9 +28,10 @@ from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .initializer import fill_constant_attrs
 from .layer_helper import LayerHelper
-from .layers import _activate, fill_constant
+from .layer_args import activate
 
 __all__ = [
+    "fill_constant",
     # shapes and layout
     "reshape", "transpose", "flatten", "squeeze", "unsqueeze", "expand", "tile",
     # joining and splitting
@@ -45,6 +46,16 @@ __all__ = [
     # padding
     "pad", "pad3d",
 ]
+
+
+def fill_constant(shape: Sequence[int], dtype, value, *, out: Variable | None = None,
+                  name: str | None = None) -> Variable:
+    """A tensor of ``shape`` filled with ``value``."""
+    helper = LayerHelper("fill_constant", name)
+    dtype = dtypes.normalize(dtype)
+    out = out if out is not None else helper.create_tmp(dtype, stop_gradient=True)
+    helper.append_op("fill_constant", outputs={"Out": out}, attrs=fill_constant_attrs(shape, dtype, value))
+    return out
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -97,7 +108,7 @@ def reshape(x: Variable, shape: Sequence[int], actual_shape=None, activation=Non
     helper = LayerHelper("reshape2", name)
     out = _xshape_op(helper, "reshape2", {"X": x, "Shape": [], "ShapeTensor": []},
                      {"shape": _ints(shape, "shape", "reshape")}, x)
-    return _activate(out, activation, helper)
+    return activate(out, activation, helper)
 
 
 def transpose(x: Variable, perm: Sequence[int], name: str | None = None) -> Variable:

@@ -30,17 +30,30 @@ def _tracked_list(owner, items) -> TrackedList:
     lst = TrackedList(items)
     lst._owner = owner
     return lst
+from .names import (EMPTY_VAR_NAME, OP_ROLE_BACKWARD, OP_ROLE_FORWARD, OP_ROLE_LOSS,  # noqa: F401  (re-exported)
+                    OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE)
+from .summary import print_summary
 from .variable import Parameter, Variable
 
-# Paddle's OpRole values (the `op_role` attribute).
-OP_ROLE_FORWARD = 0
-OP_ROLE_BACKWARD = 1
-OP_ROLE_OPTIMIZE = 2
-OP_ROLE_LRSCHED = 16
-OP_ROLE_LOSS = 256
+# Two things a Program does are implemented by modules that build on this one, so they attach
+# themselves here instead of being imported (an import would run in a circle):
+# - "codec": fluidjax.ir.serialize (ProgramDesc bytes and protos; it constructs Programs), attached
+#   when it is imported, which ``fluidjax.ir`` always does;
+# - "graph_html": the drawing of the graph in a notebook's view of a program, attached by
+#   ``fluidjax.frontend.drawing`` (the IR knows nothing of drawing; without it the view is tables).
+_attached: dict[str, Any] = {}
 
-# Paddle's name for "no variable here" in a slot (a gradient nobody computes).
-EMPTY_VAR_NAME = "@EMPTY@"
+
+def attach(role: str, implementation: Any) -> None:
+    """Attach the implementation of ``role`` ("codec" or "graph_html"); see the comment above."""
+    if role not in ("codec", "graph_html"):
+        raise ValueError(f"unknown Program role {role!r}")
+    _attached[role] = implementation
+
+
+def _codec():
+    return _attached["codec"]
+
 
 _ArgList = Variable | str | Sequence[Variable | str] | None
 
@@ -518,22 +531,17 @@ class Program:
     # -- format ----------------------------------------------------------------------------------
     def serialize(self) -> bytes:
         """The program as Paddle ``ProgramDesc`` bytes (deterministic)."""
-        from .serialize import program_to_bytes
-
-        return program_to_bytes(self)
+        return _codec().program_to_bytes(self)
 
     @classmethod
     def parse(cls, data: bytes) -> "Program":
         """A program from ``ProgramDesc`` bytes (ours or Paddle's ``desc.serialize_to_string()``)."""
-        from .serialize import program_from_bytes
-
-        return program_from_bytes(data)
+        return _codec().program_from_bytes(data)
 
     def clone(self, for_test: bool = False) -> "Program":
         """A deep copy. ``for_test=True`` drops backward and optimizer ops and sets ``is_test``."""
-        from .serialize import program_from_proto, program_to_proto
-
-        new = program_from_proto(program_to_proto(self))
+        codec = _codec()
+        new = codec.program_from_proto(codec.program_to_proto(self))
         new.random_seed = self.random_seed
         new.run_hooks = list(self.run_hooks)
         for block, new_block in zip(self.blocks, new.blocks):
@@ -558,9 +566,7 @@ class Program:
     def summary(self, print_fn=None) -> None:
         """A Keras-style table: one row per layer (``fc_0``, ``conv2d_3``), its output shape,
         parameters and FLOPs per example, and totals. Printed as text (``print_fn``, default
-        ``print``), or shown as HTML inside Jupyter; ``fluidjax.viz.summarize`` returns it."""
-        from ..viz.summary import print_summary  # display only
-
+        ``print``), or shown as HTML inside Jupyter; ``fluidjax.ir.summary.summarize`` returns it."""
         print_summary(self, print_fn)
 
     def __str__(self) -> str:
@@ -590,9 +596,8 @@ class Program:
             if block.idx not in shown:
                 parts.append(f"<h4>Block {block.idx} (parent {block.parent_idx}; no op runs it)</h4>"
                              + self._block_html(block, shown))
-        from ..viz.notebook import with_graph  # display only: the IR does not need it otherwise
-
-        return with_graph(self, "<h4>Block 0</h4>" + "".join(parts) if self.blocks else "")
+        tables = "<h4>Block 0</h4>" + "".join(parts) if self.blocks else ""
+        return _attached["graph_html"](self, tables) if "graph_html" in _attached else tables
 
     def _block_html(self, block: "Block", shown: set) -> str:
         esc = html.escape

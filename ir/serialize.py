@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from typing import Any, Iterator
 
 from google.protobuf.message import EncodeError
@@ -16,7 +17,7 @@ from google.protobuf.message import EncodeError
 from ..proto import framework_pb2 as pb
 from . import dtypes, registry, validate
 from .errors import ProgramFormatError
-from .program import Block, Operator, Program
+from .program import Block, Operator, Program, attach
 from .variable import Parameter, Variable
 
 _T = registry.ATTR_TYPES
@@ -336,3 +337,7 @@ def program_from_bytes(data: bytes) -> Program:
         raise ProgramFormatError(f"not a ProgramDesc: {exc}") from None
     with _gc_paused():
         return program_from_proto(desc)
+
+
+# Program.serialize / parse / clone call this module through the attachment (see ir/program.py).
+attach("codec", sys.modules[__name__])

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from . import callstack, dtypes, registry
 from .errors import FluidJaxError, ShapeError, UnregisteredOpError, VariableNotFoundError
-from .program import EMPTY_VAR_NAME
+from .names import EMPTY_VAR_NAME
 
 
 class VarInfo(NamedTuple):

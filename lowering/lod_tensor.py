@@ -457,12 +457,12 @@ class LoDTensor:
 
     def __repr__(self) -> str:
         """Shape, dtype, LoD and device on the first line, then a short preview of the values."""
-        from ..viz.values import tensor_text  # display only
+        from .display import tensor_text  # display only
 
         return tensor_text(self)
 
     def _repr_html_(self) -> str:
-        from ..viz.values import tensor_html
+        from .display import tensor_html
 
         return tensor_html(self)
 

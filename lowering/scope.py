@@ -130,12 +130,12 @@ class Scope:
 
     def __repr__(self) -> str:
         """``<Scope N vars>``, then one line per variable: kind, shape, dtype, size."""
-        from ..viz.values import scope_text  # display only
+        from .display import scope_text  # display only
 
         return scope_text(self)
 
     def _repr_html_(self) -> str:
-        from ..viz.values import scope_html
+        from .display import scope_html
 
         return scope_html(self)
 

@@ -9,7 +9,7 @@ import pytest
 import fluidjax as fj
 import fluidjax.io as fio
 from fluidjax import layer
-from fluidjax import tensor_stream as ts
+from fluidjax.frontend.io import tensor_stream as ts
 
 import paddle  # noqa: E402  (after fluidjax: the other order segfaults)
 

@@ -16,7 +16,7 @@ import pytest
 import fluidjax as fj
 import fluidjax.io as fio
 from fluidjax import layer
-from fluidjax import tensor_stream as ts
+from fluidjax.frontend.io import tensor_stream as ts
 from fluidjax.ir.errors import ParameterMismatchError, TensorFormatError, UnsafeFormatError
 
 

@@ -30,6 +30,21 @@ def test_wheel_holds_only_the_fluidjax_package(tmp_path):
                    "fluidjax/ir/program.py", "fluidjax/lowering/executor.py", "fluidjax/frontend/layers.py"):
         assert module in names
     assert not any(n.startswith("fluidjax/tests/") for n in names)
+    # every module of the four code folders ships (a new subpackage must be listed in pyproject)
+    for folder in ("proto", "ir", "lowering", "frontend"):
+        for path in (root / folder).rglob("*.py"):
+            assert f"fluidjax/{path.relative_to(root).as_posix()}" in names, path
+
+
+def test_export_needs_nothing_beyond_the_install_line():
+    """`fluidjax export` serializes with flatbuffers: it is a core dependency, not an extra."""
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(__file__).parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert any(d.split(">")[0].split("=")[0].strip() == "flatbuffers" for d in project["dependencies"])
+    assert importlib.util.find_spec("flatbuffers") is not None
 
 
 @pytest.mark.slow

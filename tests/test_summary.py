@@ -10,7 +10,7 @@ import pytest
 
 import fluidjax as fj
 from fluidjax import layer
-from fluidjax.viz import summarize
+from fluidjax.ir.summary import summarize
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 

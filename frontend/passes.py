@@ -36,10 +36,10 @@ from typing import Iterable
 
 import numpy as np
 
-from .ir.errors import UninitializedVariableError
-from .ir.program import Operator, Program
-from .lowering.lod_tensor import LoDTensor
-from .lowering.scope import Scope, global_scope
+from ..ir.errors import UninitializedVariableError
+from ..ir.program import Operator, Program
+from ..lowering.lod_tensor import LoDTensor
+from ..lowering.scope import Scope, global_scope
 
 __all__ = ["fold_conv_bn", "to_nhwc", "filters_hwio", "optimize_inference", "recommended_xla_flags"]
 

@@ -114,7 +114,7 @@ def gather_scope(scope, names=None) -> list[str]:
     (``fj.io.save_persistables``, by process 0). Every process must call it (a collective); the
     next data-parallel run puts the values back on its devices. Returns the names gathered.
     """
-    from ..lowering.lod_tensor import LoDTensor
+    from ..lod_tensor import LoDTensor
     gathered = []
     for name in sorted(scope.local_var_names()) if names is None else names:
         holder = scope.find_var(name)

@@ -1,4 +1,4 @@
-"""The SVG text of a scene (see :mod:`fluidjax.viz.scene`): plain SVG 1.1, no scripts, no ids but
+"""The SVG text of a scene (see :mod:`fluidjax.frontend.drawing.scene`): plain SVG 1.1, no scripts, no ids but
 the arrow marker, so several drawings can sit in one notebook page."""
 
 from __future__ import annotations

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..ir import dtypes
-from ..ir.program import (EMPTY_VAR_NAME, OP_ROLE_BACKWARD, OP_ROLE_LOSS, OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE,
-                          Block, Operator)
-from ..ir.registry import ATTR_TYPES
+from . import dtypes
+from .names import EMPTY_VAR_NAME, OP_ROLE_BACKWARD, OP_ROLE_LOSS, OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE
+from .registry import ATTR_TYPES
+
+if TYPE_CHECKING:
+    from .program import Block, Operator
 
 # Outputs that are bookkeeping, not results: an op writing one that nobody reads gets no sink node.
 _AUX_SLOTS = frozenset({"XShape", "SavedMean", "SavedVariance", "ReserveSpace", "Mask", "Mean", "Variance",

@@ -11,7 +11,7 @@ Primitives (tuples, cheap to make by the ten thousand):
 
 from __future__ import annotations
 
-from .graph import Graph
+from ...ir.graph import Graph
 from .layout import layout
 
 FONT = 12.0

@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 def _load(args, *, check: bool = True):
     """(program, feed names, fetch variables, scope, (model path, params dir, params file))."""
     from . import io as fio
-    from .lowering.scope import Scope
+    from ..lowering.scope import Scope
 
     paths = fio.resolve_model_paths(args.model, args.model_filename, args.params_filename)
     if not os.path.exists(paths[0]):
@@ -101,7 +101,7 @@ def _describe_var(var) -> dict:
 
 def cmd_inspect(args) -> int:
     from . import io as fio
-    from .ir import dtypes, registry
+    from ..ir import dtypes, registry
 
     program, feeds, fetches, _, (model, params_dir, params_file) = _load(args, check=False)
     block = program.global_block()
@@ -168,7 +168,7 @@ def _parse_feeds(items: Sequence[str]) -> dict[str, np.ndarray]:
 
 
 def cmd_run(args) -> int:
-    from .lowering.executor import Executor
+    from ..lowering.executor import Executor
 
     feeds = _parse_feeds(args.feed)
     program, feed_names, fetches, scope, _ = _load(args)
@@ -180,9 +180,9 @@ def cmd_run(args) -> int:
     outs = Executor().run(program, feed=feeds, fetch_list=fetches, scope=scope)
     names = [v.name for v in fetches]
     if args.out:
-        from .io import _AtomicFiles
+        from .io.saved import AtomicFiles
 
-        files = _AtomicFiles()
+        files = AtomicFiles()
         try:
             files.write(args.out, lambda f: np.savez(f, **dict(zip(names, outs))))
             files.commit()
@@ -198,11 +198,12 @@ def cmd_run(args) -> int:
 
 def cmd_export(args) -> int:
     from . import io as fio
+    from .io.saved import AtomicFiles
 
     program, feeds, fetches, scope, _ = _load(args)
     exported = fio.export(program, feeds, fetches, scope=scope, platforms=args.platforms)
     data = exported.serialize()
-    files = fio._AtomicFiles()
+    files = AtomicFiles()
     try:
         files.write(args.output, lambda f: f.write(data))
         files.commit()

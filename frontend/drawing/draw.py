@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .graph import Graph, build
+from ...ir.graph import Graph, build
 from .png import save_png
 from .scene import Placed, scene
 from .svg import to_svg
 
 if TYPE_CHECKING:
-    from ..ir.program import Program
+    from ...ir.program import Program
 
 
 class Drawing:

@@ -1,4 +1,4 @@
-"""Saved models and checkpoints in Paddle's formats, and StableHLO export (``fj.io``).
+"""Saved models and checkpoints in Paddle's formats (``fj.io``; export is in :mod:`.export`).
 
 - :func:`save_inference_model` / :func:`load_inference_model`: ``prefix.pdmodel`` (the pruned
   ``ProgramDesc`` with ``feed``/``fetch`` ops) and ``prefix.pdiparams`` (every persistable variable,
@@ -14,7 +14,7 @@
 Safety (see ``docs/interop.md``): nothing is ever unpickled; every size in a file is checked
 against the file before anything is allocated; saving writes a temporary file in the same
 directory, flushes and fsyncs it, then renames it over the target, so a crash leaves the
-previous file intact. The tensor layout itself is in :mod:`fluidjax.tensor_stream`.
+previous file intact. The tensor layout itself is in :mod:`fluidjax.frontend.io.tensor_stream`.
 
 >>> # exe.run(startup); ...train...
 >>> # fj.io.save_inference_model("out/model", [x], [prob], exe)
@@ -30,49 +30,27 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .ir import dtypes, registry
-from .ir.errors import (FeedError, OpVersionError, ProgramFormatError, TensorFormatError,
-                        UninitializedVariableError, UnregisteredOpError)
-from .ir.program import Program, default_main_program
-from .ir.serialize import program_from_proto, program_to_proto
-from .ir.variable import Variable
-from .lowering.lod_tensor import LoDTensor
-from .lowering.scope import Scope, global_scope
-from .proto import framework_pb2 as pb
+from ...ir import dtypes, registry
+from ...ir.errors import FeedError, ProgramFormatError, TensorFormatError, UninitializedVariableError
+from ...ir.program import Program, default_main_program
+from ...ir.serialize import program_from_proto, program_to_proto
+from ...ir.variable import Variable
+from ...lowering.lod_tensor import LoDTensor
+from ...lowering.scope import Scope, global_scope
+from ...proto import framework_pb2 as pb
+from ..passes import optimize_inference
+from .checks import FEED_FETCH_OPS, SUPPORTED_OP_VERSIONS, check_program, names_of
+from .export import export_program
 from .tensor_stream import TensorReader, describe_foreign, refuse_pickle, write_tensor
 
 __all__ = ["save_inference_model", "load_inference_model", "save_persistables", "load_persistables",
            "save_params", "load_params", "save_vars", "load_vars", "export", "feed_target_names",
-           "fetch_target_names", "check_program", "resolve_model_paths", "persistable_vars", "read_program", "SUPPORTED_OP_VERSIONS",
+           "fetch_target_names", "resolve_model_paths", "persistable_vars", "read_program", "save_program_files",
            "PROGRAM_VERSION"]
 
 # ProgramDesc.version Paddle 2.6.2 writes (major*1e6 + minor*1e3 + patch).
 PROGRAM_VERSION = 2006002
 
-# The op versions Paddle 2.6.2 registers (REGISTER_OP_VERSION; the op_version_map it writes into
-# every saved program). An op not listed is at version 0. fluidjax's op rules follow Paddle
-# 2.6.2, so it runs each op at the version listed and every earlier one (Paddle's upgrades add
-# attributes or inputs with defaults that keep the older meaning); a program saved with a later
-# version than this, by a newer Paddle, may mean something fluidjax does not implement.
-SUPPORTED_OP_VERSIONS: dict[str, int] = {
-    "affine_grid": 1, "allclose": 2, "auc": 1, "clip": 1, "coalesce_tensor": 2, "collect_fpn_proposals": 1,
-    "conv2d": 1, "conv2d_transpose": 2, "conv3d": 1, "conv3d_transpose": 1, "cudnn_lstm": 1, "cumsum": 1,
-    "data_norm": 1, "depthwise_conv2d": 1, "depthwise_conv2d_transpose": 1, "dequantize": 1,
-    "distribute_fpn_proposals": 2, "elementwise_add": 1, "elementwise_div": 1, "elementwise_mul": 1,
-    "elementwise_pow": 1, "elementwise_sub": 1, "equal": 1, "fake_channel_wise_dequantize_max_abs": 2,
-    "fake_channel_wise_quantize_abs_max": 1, "fill_constant": 2, "flip": 1, "for_pybind_test__": 4,
-    "gather": 1, "generate_proposal_labels": 2, "generate_proposals": 2, "generate_proposals_v2": 1,
-    "greater_equal": 1, "greater_than": 1, "grid_sampler": 1, "hard_shrink": 1, "instance_norm": 1,
-    "lamb": 1, "leaky_relu": 1, "less_equal": 1, "less_than": 1, "linspace": 1, "lookup_table": 1,
-    "lookup_table_v2": 1, "lstsq": 1, "matmul": 1, "matrix_nms": 1, "mish": 1, "momentum": 1,
-    "moving_average_abs_max_scale": 2, "not_equal": 1, "p_norm": 1, "pixel_shuffle": 1, "print": 1,
-    "quantize": 2, "rank_attention": 1, "requantize": 1, "roi_align": 3, "roi_pool": 2, "roll": 2,
-    "seed": 1, "send_and_recv": 1, "set_value": 4, "softplus": 1, "trace": 1, "transfer_layout": 1,
-    "unique_consecutive": 1, "yolo_box": 1,
-}
-
-# Ops that move data between the caller and the program: the Executor feeds and fetches by name.
-FEED_FETCH_OPS = frozenset({"feed", "fetch"})
 FEED_HOLDER, FETCH_HOLDER = "feed", "fetch"
 _NOT_SAVED_TYPES = frozenset({dtypes.FEED_MINIBATCH, dtypes.FETCH_LIST, dtypes.RAW, 15})  # 15: READER
 _T = registry.ATTR_TYPES
@@ -82,7 +60,7 @@ LEGACY_MODEL_FILE = "__model__"
 
 
 # -- atomic files -------------------------------------------------------------------------------
-class _AtomicFiles:
+class AtomicFiles:
     """Files written to temporaries in their target's directory and renamed over the targets only
     when all of them are complete and fsynced: a crash before :meth:`commit` leaves the previous
     files as they were (and at most a stray ``.<name>.*.tmp``)."""
@@ -162,21 +140,6 @@ def _program_vars(program: Program, predicate: Callable[[Variable], bool]) -> li
     return [found[n] for n in sorted(found)]
 
 
-def names_of(items, what: str) -> list[str]:
-    """Names of ``items`` (a Variable, a name, or a list of them); ``what`` names the argument in errors."""
-    if isinstance(items, (Variable, str)):
-        items = [items]
-    names = []
-    for item in items:
-        if isinstance(item, Variable):
-            names.append(item.name)
-        elif isinstance(item, str):
-            names.append(item)
-        else:
-            raise TypeError(f"{what} must be Variables or variable names, got {item!r}")
-    return names
-
-
 def _scope_value(scope: Scope, name: str) -> tuple[np.ndarray, list[list[int]]]:
     holder = scope.find_var(name)
     tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
@@ -206,7 +169,7 @@ def _safe_join(dirname: str, name: str) -> str:
 
 
 # -- tensors to and from files --------------------------------------------------------------------
-def _write_vars(files: _AtomicFiles, scope: Scope, names: Sequence[str], dirname: str,
+def _write_vars(files: AtomicFiles, scope: Scope, names: Sequence[str], dirname: str,
                 filename: str | None) -> None:
     values = {n: _scope_value(scope, n) for n in names}   # every value first: a missing one saves nothing
     if filename is None:
@@ -271,7 +234,7 @@ def save_vars(executor, dirname: str, main_program: Program | None = None, vars:
         names = [v.name for v in _program_vars(program, predicate or _is_saved)]
     else:
         names = names_of(vars, "vars")
-    files = _AtomicFiles()
+    files = AtomicFiles()
     try:
         _write_vars(files, scope, names, dirname, filename)
         files.commit()
@@ -325,29 +288,6 @@ def load_params(executor, dirname: str, main_program: Program | None = None, fil
                 scope: Scope | None = None) -> None:
     """Load what :func:`save_params` wrote."""
     load_vars(executor, dirname, main_program, predicate=_is_parameter, filename=filename, scope=scope)
-
-
-# -- checks before anything runs ------------------------------------------------------------------
-def check_program(program: Program, source: str = "the program") -> None:
-    """Refuse a program fluidjax cannot run faithfully, before anything runs: every op type it
-    does not implement, across all blocks, in one :class:`UnregisteredOpError`; an op saved with a
-    version newer than fluidjax implements, :class:`OpVersionError`."""
-    missing: dict[str, int] = {}
-    used: set[str] = set()
-    for block in program.blocks:
-        for op in block.ops:
-            used.add(op.type)
-            if op.type not in FEED_FETCH_OPS and not registry.has(op.type):
-                missing[op.type] = missing.get(op.type, 0) + 1
-    if missing:
-        listed = ", ".join(f"{t} (x{n})" for t, n in sorted(missing.items()))
-        raise UnregisteredOpError(f"{source} uses {len(missing)} op type(s) fluidjax does not implement: {listed}")
-    for name, version in program.op_version_map or ():
-        if name in used and version > SUPPORTED_OP_VERSIONS.get(name, 0):
-            supported = SUPPORTED_OP_VERSIONS.get(name, 0)
-            raise OpVersionError(
-                f"{source} was saved with op {name!r} at version {version}; fluidjax implements versions "
-                f"0..{supported} of {name!r} (Paddle 2.6.2's), so it cannot promise the saved semantics")
 
 
 def feed_target_names(program: Program) -> list[str]:
@@ -527,7 +467,7 @@ def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, prog
     model_bytes = desc.SerializeToString(deterministic=True)
     saved = program_from_proto(desc)
     names = [v.name for v in _program_vars(saved, _is_saved)]
-    files = _AtomicFiles()
+    files = AtomicFiles()
     try:
         dirname, base = os.path.split(os.path.abspath(path_prefix))
         if names:
@@ -646,8 +586,6 @@ def load_inference_model(path_prefix: str, executor=None, model_filename: str | 
         _set_scope_values(scope, values)
     feeds = feed_target_names(program)
     if optimize:
-        from .passes import optimize_inference
-
         program = optimize_inference(program, scope)
     fetches = [program.global_block().var(n) for n in fetch_target_names(program)]
     return [program, feeds, fetches]
@@ -659,7 +597,7 @@ def save_program_files(path_prefix_or_dir: str, program: Program, scope: Scope, 
     file per variable). Returns the paths written (used by ``fluidjax convert``)."""
     names = [v.name for v in _program_vars(program, _is_saved)]
     data = program.serialize()
-    files = _AtomicFiles()
+    files = AtomicFiles()
     try:
         if combined:
             dirname, base = os.path.split(os.path.abspath(path_prefix_or_dir))
@@ -691,13 +629,11 @@ def export(program: Program, feed_vars, fetch_vars, scope: Scope | None = None, 
     (the global scope by default) embedded as constants, every ``-1`` dim of a feed symbolic (the
     first one of each feed is the shared symbol ``batch``). ``platforms`` (``"cpu"``,
     ``"cuda"``, ``"rocm"``, ``"tpu"``) default to this machine's; ``executor`` is accepted for
-    Paddle-style calls and not needed. Details in :mod:`fluidjax.export`.
+    Paddle-style calls and not needed. Details in :mod:`fluidjax.frontend.io.export`.
 
     >>> # exported = fj.io.export(program, feed_names, fetch_targets)
     >>> # blob = exported.serialize()                       # elsewhere, with only JAX:
     >>> # jax.export.deserialize(blob).call(xs)
     """
     del executor
-    from .export import export_program
-
     return export_program(program, feed_vars, fetch_vars, scope=scope, platforms=platforms)

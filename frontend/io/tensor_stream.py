@@ -26,10 +26,10 @@ from typing import BinaryIO, Sequence
 
 import numpy as np
 
-from .ir import dtypes
-from .ir.errors import ParameterMismatchError, TensorFormatError, UnsafeFormatError
-from .lowering.lod_tensor import lod_problem
-from .proto import framework_pb2 as pb
+from ...ir import dtypes
+from ...ir.errors import ParameterMismatchError, TensorFormatError, UnsafeFormatError
+from ...lowering.lod_tensor import lod_problem
+from ...proto import framework_pb2 as pb
 
 TENSOR_VERSION = 0          # the only LoDTensor / Tensor version Paddle 2.6 writes or reads
 _U32 = struct.Struct("<I")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from .draw import draw
 
 if TYPE_CHECKING:
-    from ..ir.program import Program
+    from ...ir.program import Program
 
 COLLAPSE_ABOVE = 300      # ops: a bigger program's graph is drawn with collapse=True
 

@@ -18,22 +18,16 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from .ir import dtypes
-from .ir.errors import FeedError, UninitializedVariableError
-from .ir.program import Program
-from .ir.variable import Variable
-from .lowering.context import make_key
-from .lowering.lod_tensor import LoDTensor
-from .lowering.lower import run_ops
-from .lowering.scope import Scope, global_scope
+from ...ir import dtypes
+from ...ir.errors import FeedError, UninitializedVariableError
+from ...ir.program import Program
+from ...ir.variable import Variable
+from ...lowering.context import make_key
+from ...lowering.lod_tensor import LoDTensor
+from ...lowering.lower import run_ops
+from ...lowering.scope import Scope, global_scope
+from .checks import FEED_FETCH_OPS, check_program, names_of
 
-_FEED_FETCH = frozenset({"feed", "fetch"})
-
-
-def _names(items, what: str) -> list[str]:
-    from .io import names_of  # io imports this module lazily; the same rule for both
-
-    return names_of(items, what)
 
 
 def inference_ops(program: Program, feed_names: Sequence[str], fetch_names: Sequence[str]) -> tuple[list, list[str]]:
@@ -44,7 +38,7 @@ def inference_ops(program: Program, feed_names: Sequence[str], fetch_names: Sequ
     needed = set(fetch_names)
     kept = []
     for op in reversed(block.ops):
-        if op.type in _FEED_FETCH:
+        if op.type in FEED_FETCH_OPS:
             continue
         if (set(op.output_arg_names) & needed) - feeds:
             kept.append(op)
@@ -103,15 +97,13 @@ def export_program(program: Program, feed_vars, fetch_vars, scope: Scope | None 
     >>> # exp = fj.io.export(test_program, [x], [prob])
     >>> # data = exp.serialize()              # bytes; jax.export.deserialize(data).call(xs)
     """
-    from .io import check_program
-
     check_program(program)
     # The inference function: dropout off, batch norm on its running statistics (as Paddle's
     # save_inference_model makes it); a no-op for a program that is already for inference.
     program = program.clone(for_test=True)
     scope = global_scope() if scope is None else scope
-    feed_names = _names(feed_vars, "feed_vars")
-    fetch_names = _names(fetch_vars, "fetch_vars")
+    feed_names = names_of(feed_vars, "feed_vars")
+    fetch_names = names_of(fetch_vars, "fetch_vars")
     if not fetch_names:
         raise FeedError("export needs at least one fetch variable")
     ops, param_names = inference_ops(program, feed_names, fetch_names)

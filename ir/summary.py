@@ -17,12 +17,12 @@ import html
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..ir import dtypes
-from ..ir.program import EMPTY_VAR_NAME, Operator
+from . import dtypes
+from .names import EMPTY_VAR_NAME
 from .graph import _AUX_SLOTS, hidden_part, layer_name, shape_text
 
 if TYPE_CHECKING:
-    from ..ir.program import Block, Program
+    from .program import Block, Operator, Program
 
 _MATMULS = frozenset({"mul", "matmul", "matmul_v2"})
 _CONVS = frozenset({"conv2d", "depthwise_conv2d", "conv3d"})
@@ -169,7 +169,7 @@ def _in_jupyter() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
-def _main_output(block: "Block", op: Operator) -> tuple[int, ...] | None:
+def _main_output(block: "Block", op: "Operator") -> tuple[int, ...] | None:
     for slot, names in op.outputs.items():
         if slot in _AUX_SLOTS:
             continue

@@ -1,0 +1,23 @@
+"""Saved models and checkpoints in Paddle's formats, and StableHLO export: ``fj.io``.
+
+- :mod:`.saved`: ``save_inference_model`` / ``load_inference_model`` (``.pdmodel`` +
+  ``.pdiparams``, and Fluid 1.x directories), ``save_persistables`` / ``load_persistables``,
+  ``save_params`` / ``load_params``, ``save_vars`` / ``load_vars``.
+- :mod:`.tensor_stream`: the byte layout of one tensor in Paddle's files.
+- :mod:`.export`: a program's inference function as a ``jax.export.Exported``.
+- :mod:`.checks`: the op types and versions a saved program may use.
+
+>>> # exe.run(startup); ...train...
+>>> # fj.io.save_inference_model("out/model", [x], [prob], exe)
+>>> # program, feeds, fetches = fj.io.load_inference_model("out/model", exe)
+"""
+
+from .checks import FEED_FETCH_OPS, SUPPORTED_OP_VERSIONS, check_program, names_of
+from .saved import (PROGRAM_VERSION, export, feed_target_names, fetch_target_names, load_inference_model,
+                    load_params, load_persistables, load_vars, persistable_vars, read_program, resolve_model_paths,
+                    save_inference_model, save_params, save_persistables, save_program_files, save_vars)
+
+__all__ = ["save_inference_model", "load_inference_model", "save_persistables", "load_persistables",
+           "save_params", "load_params", "save_vars", "load_vars", "export", "feed_target_names",
+           "fetch_target_names", "check_program", "resolve_model_paths", "persistable_vars", "read_program",
+           "save_program_files", "names_of", "SUPPORTED_OP_VERSIONS", "PROGRAM_VERSION", "FEED_FETCH_OPS"]
