@@ -27,6 +27,9 @@ class ComputeContext:
     the list for a duplicable slot, ``ctx.attr("axis")`` an attribute, ``ctx.rng()`` a PRNG key
     for this op, ``ctx.out_dtype("Out")`` the dtype the program declares for an output, and
     ``ctx.sub_block()`` the op's BLOCK attribute lowered into a function (control-flow ops).
+
+    ``lower_block(ctx, block)``, given by whoever runs the rule (``lowering.lower``), lowers a
+    sub-block: this module knows nothing of how, so it imports nothing that runs ops.
     """
 
     def __init__(self, opdef, op, values: Mapping[str, Sequence[Any]], attrs: Mapping[str, Any],
@@ -88,15 +91,13 @@ class ComputeContext:
 
     def sub_block(self, attr: str = "sub_block", block=None):
         """The sub-block named by BLOCK attribute ``attr`` (or ``block``: a Block or its index),
-        lowered into a pure function of the values it reads: a :class:`~fluidjax.lowering.lower.SubBlock`.
+        lowered into a pure function of the values it reads (by ``lower_block``: a
+        :class:`~fluidjax.lowering.lower.SubBlock`).
 
         Its reads come from the values the caller passes, then from the enclosing environment
         (``self.env``); it returns what it wrote. A malformed reference (a block out of range,
         the op's own block or an ancestor of it) is a :class:`~fluidjax.ProgramFormatError`.
         """
-        from .lower import SubBlock
-
-        if self.lower_block is not None:
-            return self.lower_block(self, attr if block is None else block)
-        ref = self.attr(attr) if block is None else block
-        return SubBlock(self.op, ref, self.env, self._rng)
+        if self.lower_block is None:
+            raise RuntimeError(f"op {self.opdef.type!r} asked for its sub-block outside a lowering")
+        return self.lower_block(self, self.attr(attr) if block is None else block)

@@ -68,7 +68,7 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         values = _strip_lod(op, values)
     if checks is not None:                # on the padded rows of LoD ids (padding rows hold 0)
         checks.check_indices(op, values)
-    ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block, env=env)
+    ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block or lower_sub_block, env=env)
     try:
         if _foldable(opdef, op, values):
             # Shape arithmetic on concrete values (shape -> slice -> concat -> ...) stays concrete,
@@ -252,7 +252,8 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
             values[slot][i] = v
         for (slot, i), lod in lods.items():
             values[slot][i] = LoDValue(values[slot][i], lod.offsets)
-        fctx = ComputeContext(fwd, ctx.op, values, ctx._attrs, None, out_names=fwd_out_names)
+        fctx = ComputeContext(fwd, ctx.op, values, ctx._attrs, None, out_names=fwd_out_names,
+                              lower_block=lower_sub_block)
         outs = fwd.compute(fctx)
         return [[o.data if o.__class__ is LoDValue else o
                  for o in (outs[s] if isinstance(outs[s], (list, tuple)) else [outs[s]])] for s in out_slots]
@@ -305,7 +306,7 @@ def derived_shape_rule(ictx: shape.InferShapeContext) -> None:
                for slot, vs in infos.items()}
 
     def apply(values, key):
-        ctx = ComputeContext(opdef, op, values, op.attrs, (lambda: key))
+        ctx = ComputeContext(opdef, op, values, op.attrs, (lambda: key), lower_block=lower_sub_block)
         return opdef.compute(ctx)
 
     key = jax.eval_shape(lambda: make_key(0))
@@ -450,6 +451,12 @@ class SubBlock:
         finally:
             active.discard(marker)
         return local
+
+
+def lower_sub_block(ctx: ComputeContext, ref) -> SubBlock:
+    """``ctx.sub_block()`` of an op this module runs: the block ``ref`` (a Block or its index) as a
+    :class:`SubBlock` reading the op's environment, with the op's key."""
+    return SubBlock(ctx.op, ref, ctx.env, ctx._rng)
 
 
 def ops_with_sub_blocks(ops: Iterable) -> Iterable:
