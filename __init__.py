@@ -30,12 +30,50 @@ from .frontend import io  # noqa: E402  (fj.io: Paddle's saved models and checkp
 from .frontend import passes  # noqa: E402  (fj.passes: conv+bn folding, NHWC layout for inference)
 from .frontend import drawing as _drawing  # noqa: E402
 
+# Fluid 1.x's names: `import fluidjax as fluid` runs `paddle.fluid` scripts (docs/fluid1.md).
+from .frontend import fluid as _fluid  # noqa: E402
+from .frontend import layers  # noqa: E402  (Fluid's name for fj.layer: the same module)
+from .frontend.data_layers import static_data as data  # noqa: E402  (fluid.data: the shape has the batch dim)
+from .frontend.fluid import backward, compiler, core, dygraph, executor, framework, transpiler  # noqa: E402,F401
+from .frontend.framework import in_dygraph_mode, name_scope  # noqa: E402
+from .ir.backward import gradients  # noqa: E402
+from .ir.errors import NotOfferedError  # noqa: E402
+from .lowering.parallel import ExecutionStrategy  # noqa: E402
+from .lowering.places import CUDAPinnedPlace, cpu_places, cuda_places, is_compiled_with_cuda  # noqa: E402
+from .lowering.scope import scope_guard  # noqa: E402
+from .frontend import data_feeder, param_attr  # noqa: E402,F401
+
+Tensor = LoDTensor  # Fluid 1.x's name for a tensor without LoD
+
 # Public module paths whose code lives in the four folders: `import fluidjax.io`,
-# `python -m fluidjax.distributed.launch`, `from fluidjax.reader import shuffle` work as the
-# attributes do. The root holds no other module (docs/layout.md).
-for _name, _module in {"io": io, "passes": passes, "distributed": distributed, "reader": reader,
-                       "viz": _drawing}.items():
+# `python -m fluidjax.distributed.launch`, `from fluidjax.reader import shuffle`, and Fluid's
+# paths (`import fluidjax.layers as layers`, `from fluidjax.executor import Executor`) work as
+# the attributes do. The root holds no other module (docs/layout.md).
+for _name, _module in {"passes": passes, "distributed": distributed, "viz": _drawing,
+                       **_fluid.MODULE_PATHS}.items():
     _sys.modules[f"{__name__}.{_name}"] = _module
+    globals().setdefault(_name, _module)
+for _name, _module in _fluid.SUBMODULE_PATHS.items():
+    _sys.modules[f"{__name__}.{_name}"] = _module
+    _parent, _, _leaf = _name.rpartition(".")
+    setattr(_sys.modules[f"{__name__}.{_parent}"], _leaf, _module)
+
+# Parts of Fluid fluidjax deliberately does not offer: a clear error, not an AttributeError.
+_NOT_OFFERED = {
+    "dygraph_guard": "dygraph (eager mode)", "enable_dygraph": "dygraph (eager mode)",
+    "disable_dygraph": "dygraph (eager mode)", "enable_imperative": "dygraph (eager mode)",
+    "disable_imperative": "dygraph (eager mode)", "VarBase": "dygraph (eager mode)",
+    "DistributeTranspiler": "the parameter-server transpiler", "DistributeTranspilerConfig":
+    "the parameter-server transpiler", "XPUPlace": "Baidu XPU devices", "NPUPlace": "Ascend NPU devices",
+    "load_op_library": "custom C++ operators",
+}
+
+
+def __getattr__(name: str):
+    if name in _NOT_OFFERED:
+        raise NotOfferedError(f"fluid.{name}: {_NOT_OFFERED[name]} is not offered by fluidjax, which runs "
+                              "static programs lowered to JAX (docs/fluid1.md lists what is offered)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 _install_notebook_tracebacks()  # in Jupyter, fluidjax errors show the user's cells only
 
 __version__ = "0.1.0"
@@ -50,4 +88,9 @@ __all__ = [
     "program_guard", "unique_name", "nets", "optimizer", "regularizer", "clip",
     "DataFeeder", "batch", "create_lod_tensor", "create_random_int_lodtensor", "reader",
     "draw", "History", "evaluate", "train",
+    # Fluid 1.x's names
+    "layers", "data", "core", "executor", "framework", "backward", "compiler", "io", "dygraph", "transpiler",
+    "scope_guard", "name_scope", "in_dygraph_mode", "gradients", "NotOfferedError", "ExecutionStrategy",
+    "CUDAPinnedPlace", "cpu_places", "cuda_places", "is_compiled_with_cuda", "Tensor", "data_feeder",
+    "param_attr",
 ]

@@ -181,3 +181,33 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
         if param.name in has_grad:
             pairs.append((param, block.var(grad_var_name(param.name))))
     return pairs
+
+
+def gradients(targets, inputs, target_gradients=None, no_grad_set=None) -> list[Variable | None]:
+    """Fluid's ``fluid.backward.gradients``: append the backward pass of ``targets`` (a Variable
+    or a list of one) and return the gradient Variable of each of ``inputs`` (``None`` for an
+    input the targets do not depend on). Inputs are differentiated even if they are data
+    (``stop_gradient``), as Paddle does for the variables asked for.
+
+    >>> # dx, = fj.gradients(y, [x]); exe.run(feed={"x": xs}, fetch_list=[dx])
+    """
+    from .errors import NotOfferedError
+
+    targets = list(targets) if isinstance(targets, (list, tuple)) else [targets]
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if len(targets) != 1:
+        raise NotOfferedError(f"gradients of {len(targets)} targets at once: pass one target "
+                              "(their sum, e.g. layers.sums(targets), has the same input gradients)")
+    if target_gradients is not None:
+        raise NotOfferedError("gradients(target_gradients=...): seed gradients other than ones are not "
+                              "offered; multiply the target by them before differentiating")
+    block = targets[0].block
+    saved = [(var, var.stop_gradient) for var in inputs]
+    for var in inputs:
+        var.stop_gradient = False
+    try:
+        append_backward(targets[0], parameter_list=[], no_grad_set=no_grad_set)
+    finally:
+        for var, flag in saved:
+            var.stop_gradient = flag
+    return [block.var(grad_var_name(v.name)) if block.has_var(grad_var_name(v.name)) else None for v in inputs]

@@ -32,6 +32,19 @@ RAW = 17
 STRING = 25
 STRINGS = 26
 
+
+
+class VarDesc:
+    """Paddle's ``core.VarDesc``: what Fluid scripts use of it, the ``VarType`` enum values
+    (``dtype=core.VarDesc.VarType.FP32`` works wherever a dtype is taken)."""
+
+    class VarType:
+        BOOL, INT16, INT32, INT64, FP16, FP32, FP64 = 0, 1, 2, 3, 4, 5, 6
+        UINT8, INT8, BF16, COMPLEX64, COMPLEX128 = 20, 21, 22, 23, 24
+        LOD_TENSOR, SELECTED_ROWS, FEED_MINIBATCH, FETCH_LIST, STEP_SCOPES = 7, 8, 9, 10, 11
+        LOD_RANK_TABLE, LOD_TENSOR_ARRAY, PLACE_LIST, READER, RAW, STRING, STRINGS = 12, 13, 14, 15, 17, 25, 26
+
+
 _ALIASES = {
     "float": "float32",
     "double": "float64",

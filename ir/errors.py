@@ -91,3 +91,8 @@ class ParameterMismatchError(TensorFormatError):
 
 class OpVersionError(FluidJaxError, ValueError):
     """A program was saved with an op version whose semantics fluidjax does not implement."""
+
+
+class NotOfferedError(FluidJaxError, NotImplementedError):
+    """A part of Fluid's API that fluidjax deliberately does not offer (dygraph, the parameter
+    server transpiler, CUDA-only paths): the message says what to use instead."""

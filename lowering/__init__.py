@@ -15,7 +15,7 @@ from .executor import Executor  # noqa: E402
 from .lod_tensor import LoDTensor  # noqa: E402
 from .parallel import BuildStrategy, CompiledProgram  # noqa: E402
 from .places import CPUPlace, CUDAPlace, Place, TPUPlace  # noqa: E402
-from .scope import Scope, ScopeVariable, global_scope  # noqa: E402
+from .scope import Scope, ScopeVariable, global_scope, scope_guard  # noqa: E402
 
 __all__ = ["BuildStrategy", "CompiledProgram", "CPUPlace", "CUDAPlace", "Executor", "LoDTensor", "Place", "Scope", "ScopeVariable", "TPUPlace",
-           "global_scope"]
+           "global_scope", "scope_guard"]

@@ -36,6 +36,7 @@ from .lod_tensor import LoDTensor
 from .lower import ops_with_sub_blocks, run_ops
 from .parallel import CompiledProgram
 from .places import Place
+from .fetched import fetched_array
 from .scope import Scope, global_scope
 from .signals import deferred_signals
 
@@ -130,7 +131,10 @@ class Executor:
     def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
             fetch_list: Sequence[Variable | str] | None = None, scope: Scope | None = None,
             return_numpy: bool = True) -> list:
-        """Run ``program``'s global block and return the fetched values (NumPy by default).
+        """Run ``program``'s global block and return the fetched values: NumPy arrays by default,
+        :class:`LoDTensor`s (LoD and device array kept) with ``return_numpy=False``, as in Paddle.
+        A 0-d result (a mean, a full reduction) also answers ``value[0]``, as Fluid 1.x's shape-[1]
+        results did (see :func:`~.fetched.fetched_array`).
 
         ``feed`` maps data-variable names to arrays (or :class:`LoDTensor`); they are checked
         against the program before anything is compiled. Persistable variables are read from and
@@ -163,8 +167,8 @@ class Executor:
             if failed is not None:
                 raise failed
             if return_numpy:
-                return [to_host(v)[0] if v.__class__ is LoDValue else np.asarray(v) for v in fetches]
-            return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue else v for v in fetches]
+                return [to_host(v)[0] if v.__class__ is LoDValue else fetched_array(v) for v in fetches]
+            return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue else LoDTensor(v) for v in fetches]
         except BaseException as exc:
             # Anything raised once the state is committed (a deferred Ctrl-C, a failing fetch
             # conversion) says so: the run happened, only its fetches are lost.

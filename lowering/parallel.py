@@ -99,6 +99,22 @@ class BuildStrategy:
         return f"BuildStrategy(sharding={self.sharding!r}, sync_batch_norm={self.sync_batch_norm})"
 
 
+class ExecutionStrategy:
+    """Fluid's ``ExecutionStrategy``: how Paddle's executor scheduled ops over threads. XLA compiles
+    the whole step and schedules it itself, so every setting is accepted and kept but changes
+    nothing (``num_threads``, ``num_iteration_per_drop_scope``, ``num_iteration_per_run``,
+    ``use_thread_barrier``)."""
+
+    def __init__(self) -> None:
+        self.num_threads = 0
+        self.num_iteration_per_drop_scope = 100
+        self.num_iteration_per_run = 1
+        self.use_thread_barrier = False
+
+    def __repr__(self) -> str:
+        return f"ExecutionStrategy({vars(self)})"
+
+
 class CompiledProgram:
     """A program prepared for running on several devices (Paddle's ``CompiledProgram``).
 

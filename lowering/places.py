@@ -51,3 +51,33 @@ class TPUPlace(Place):
     """TPU core number ``device_id``."""
 
     platform = "tpu"
+
+
+class CUDAPinnedPlace(CPUPlace):
+    """Fluid's page-locked host memory: the host CPU here (JAX manages transfers itself)."""
+
+
+def is_compiled_with_cuda() -> bool:
+    """Whether JAX in this process can use an NVIDIA GPU (Fluid's ``is_compiled_with_cuda``)."""
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def cpu_places(device_count: int | None = None) -> list[CPUPlace]:
+    """``device_count`` CPU places (default: ``CPU_NUM`` from the environment, else 1), as Fluid's."""
+    import os
+
+    count = int(os.environ.get("CPU_NUM", 1)) if device_count is None else int(device_count)
+    return [CPUPlace() for _ in range(count)]
+
+
+def cuda_places(device_ids=None) -> list[CUDAPlace]:
+    """A CUDAPlace per visible GPU (or per id in ``device_ids``), as Fluid's ``cuda_places``."""
+    if device_ids is None:
+        try:
+            device_ids = range(len(jax.devices("gpu")))
+        except RuntimeError:
+            device_ids = []
+    return [CUDAPlace(i) for i in device_ids]

@@ -8,6 +8,7 @@ if it holds another kind.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any, Iterator
 
@@ -153,3 +154,20 @@ def switch_scope(scope: Scope) -> Scope:
     global _global_scope
     previous, _global_scope = _global_scope, scope
     return previous
+
+
+@contextlib.contextmanager
+def scope_guard(scope: Scope) -> Iterator[Scope]:
+    """Make ``scope`` the global scope inside the ``with`` block (Fluid's ``fluid.scope_guard``):
+    ``Executor.run`` without ``scope=``, ``global_scope()`` and the save/load functions use it.
+
+    >>> with scope_guard(Scope()):
+    ...     pass   # exe.run(startup); exe.run(main, ...) keep their state in the new scope
+    """
+    if not isinstance(scope, Scope):
+        raise TypeError(f"scope_guard needs a fluidjax Scope, got {type(scope).__name__}")
+    previous = switch_scope(scope)
+    try:
+        yield scope
+    finally:
+        switch_scope(previous)

@@ -65,12 +65,13 @@ def test_same_program_and_shapes_never_retrace():
     assert exe.trace_count == traces + 1
 
 
-def test_return_numpy_false_keeps_device_arrays():
+def test_return_numpy_false_gives_lod_tensors_on_the_device():
     x, y = _model()
     exe = fj.Executor(fj.CPUPlace())
     exe.run(fj.default_startup_program())
     out, = exe.run(feed={"x": np.ones((2, 6), np.float32)}, fetch_list=[y], return_numpy=False)
-    assert isinstance(out, jax.Array) and out.shape == (2, 3)
+    assert isinstance(out, fj.LoDTensor) and isinstance(out.value(), jax.Array) and out.shape() == (2, 3)
+    assert out.lod() == [] and np.array(out).shape == (2, 3)
     out, = exe.run(feed={"x": np.ones((2, 6), np.float32)}, fetch_list=[y.name])
     assert isinstance(out, np.ndarray)
 

@@ -531,7 +531,7 @@ def test_data_feeder_errors_name_the_variable_and_the_sample():
 
 
 def test_data_feeder_with_unknown_item_dims_and_empty_sequences():
-    v = layer.data("v", shape=[-1], lod_level=1)  # rows of any length: no reshape
+    v = layer.data("v", shape=[-1, -1], lod_level=1)  # rows of any length: no reshape
     feed = fj.DataFeeder([v]).feed([([[1.0, 2.0], [3.0, 4.0]],), ([],)])
     assert feed["v"].shape() == (2, 2) and feed["v"].recursive_sequence_lengths() == [[2, 0]]
     with pytest.raises(fj.FeedError, match=r"variable 'v' .*sample 1: shape \[3\] differs from the first sample's \[2\]"):

@@ -89,7 +89,7 @@ def test_flops_of_conv2d_by_hand(groups):
 
 def test_unknown_dims_make_flops_unknown_not_wrong():
     def build():
-        x = layer.data("x", shape=[-1, 8])     # (-1, -1, 8): rows per example unknown
+        x = layer.data("x", shape=[-1, -1, 8])  # rows per example unknown (the batch dim is given: Fluid's rule)
         y = layer.data("y", shape=[8, -1])
         layer.matmul(x, y)
     main, _ = _build(build)

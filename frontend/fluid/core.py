@@ -1,0 +1,9 @@
+"""``fluid.core``: the runtime objects Fluid scripts reach through ``core`` (re-exports only)."""
+
+from ...ir.errors import NotOfferedError  # noqa: F401
+from ...lowering.lod_tensor import LoDTensor
+from ...lowering.places import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
+from ...lowering.scope import Scope
+from ...ir.dtypes import VarDesc
+
+__all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "LoDTensor", "Scope", "VarDesc", "is_compiled_with_cuda"]
