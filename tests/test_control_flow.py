@@ -92,7 +92,7 @@ def check_paddle_while_program_runs_here():
         loss = paddle.mean(y)
         paddle.static.append_backward(loss)
     prog = fj.Program.parse(main.desc.serialize_to_string())
-    from fluidjax.lowering.ops.control_flow import _bound
+    from fluidjax.lowering.ops.while_loop import _bound
 
     assert _bound(next(op for op in prog.global_block().ops if op.type == "while")) == 3   # read off the program
     rng = np.random.default_rng(1)
@@ -234,7 +234,7 @@ def _while_square_program(max_iterations=None, dtype="float64", fed_count=False)
 @pytest.mark.parametrize("bound, fed_count", [(None, True), (None, False), (3, True), (8, False)],
                          ids=["recompute", "counted-by-the-program", "scan-exact-bound", "scan-bound-8"])
 def test_while_square_gradient_matches_paddle_and_finite_differences(bound, fed_count):
-    from fluidjax.lowering.ops.control_flow import _bound
+    from fluidjax.lowering.ops.while_loop import _bound
 
     main, loss, y = _while_square_program(bound, fed_count=fed_count)
     while_op = next(op for op in main.global_block().ops if op.type == "while")

@@ -29,7 +29,7 @@ from ...ir.registry import op
 from ...ir.shape import InferShapeContext
 from ..lod_value import LoDValue, bucket
 from ..lower import lod_aware
-from .control_flow import TensorArray
+from .tensor_array import TensorArray, _pad_axis
 
 LOD_RANK_TABLE = 12      # Paddle's VarType.LOD_RANK_TABLE
 
@@ -68,11 +68,6 @@ class RankTable:
 
 def _where(ctx) -> str:
     return f"op {ctx.op.type!r} at {ctx.op.location}"
-
-
-def _declared_lod(ctx, name: str) -> int:
-    var = ctx.op.block.find_var(name)
-    return int(var.lod_level) if var is not None else 0
 
 
 def _table(ctx) -> RankTable:
@@ -264,113 +259,6 @@ def shrink_rnn_memory(ctx):
 
 lod_aware("lod_rank_table", "lod_tensor_to_array", "array_to_lod_tensor", "reorder_lod_tensor_by_rank",
           "shrink_rnn_memory")
-
-
-# -- arrays of LoD elements ---------------------------------------------------------------------------
-# An array whose elements are LoD tensors (beam search's per-step ids and scores) holds them as one
-# LoDValue buffer: data [capacity, rows, ...] and each level's offsets [capacity, entries]. Elements
-# with fewer rows or inner-level entries are padded (zero rows; inner levels repeat their last
-# offset, i.e. empty sequences at the end); every element's outermost level has one length. In a
-# loop the capacity and the element size are fixed before it starts (control_flow._Loop widens
-# them to what the body writes); plain rows whose count is data are stored as one sequence.
-def _pad_axis(a, size: int, axis: int, edge: bool = False):
-    extra = size - a.shape[axis]
-    if extra <= 0:
-        return a
-    widths = [(0, 0)] * a.ndim
-    widths[axis] = (0, extra)
-    return jnp.pad(a, widths, mode="edge" if edge else "constant")
-
-
-def counted(x) -> LoDValue:
-    """A plain tensor as a one-sequence LoD value: its rows, all real (how an array that also holds
-    counted rows, whose number is data, stores it)."""
-    return LoDValue(x, (jnp.stack([jnp.zeros((), jnp.int32), jnp.asarray(x.shape[0], jnp.int32)]),))
-
-
-def counted_array(array: TensorArray) -> TensorArray:
-    """An array of plain elements as an array of one-sequence LoD elements (see :func:`counted`);
-    its unwritten elements are empty."""
-    data = array.buffer
-    capacity, rows = data.shape[0], data.shape[1] if data.ndim > 1 else 1
-    written = jnp.arange(capacity) < array.length
-    ends = jnp.where(written, rows, 0).astype(jnp.int32)
-    offsets = jnp.stack([jnp.zeros_like(ends), ends], axis=1)
-    return TensorArray(LoDValue(data, (offsets,)), array.length)
-
-
-def widened(array: TensorArray, like: TensorArray) -> TensorArray:
-    """``array`` with elements as wide as ``like``'s (a shape structure: what a loop body writes):
-    plain elements become counted ones, rows and inner-level entries are padded. ``array`` itself
-    when nothing changes."""
-    if not isinstance(like.buffer, LoDValue):
-        return array
-    if not isinstance(array.buffer, LoDValue):
-        if len(like.buffer.offsets) != 1:
-            return array
-        array = counted_array(array)
-    buffer = array.buffer
-    if len(buffer.offsets) != len(like.buffer.offsets) or buffer.data.ndim != like.buffer.data.ndim:
-        return array
-    rows = max(buffer.data.shape[1], like.buffer.data.shape[1])
-    entries = [max(o.shape[1], w.shape[1]) for o, w in zip(buffer.offsets, like.buffer.offsets)]
-    if rows == buffer.data.shape[1] and all(e == o.shape[1] for e, o in zip(entries, buffer.offsets)):
-        return array
-    return TensorArray(LoDValue(_pad_axis(buffer.data, rows, 1),
-                                [_pad_axis(o, e, 1, edge=True) for o, e in zip(buffer.offsets, entries)]),
-                       array.length)
-
-
-def write_lod_item(ctx, x: LoDValue, i, array, static_index, room: int | None = None):
-    """``array`` (a TensorArray with a LoDValue buffer, or None) with ``x`` written at ``i``.
-    Outside loops (``room`` None) the array grows to hold index ``i``; inside a loop its capacity
-    is fixed (a new array gets ``room`` elements) and an element only widens to the larger rows."""
-    data = jnp.asarray(x.data)
-    offsets = [jnp.asarray(o, jnp.int32) for o in x.offsets]
-    if isinstance(array, TensorArray) and not isinstance(array.buffer, LoDValue):
-        if len(offsets) != 1 or _declared_lod(ctx, ctx.op.input("X")[0]):
-            raise OpRuntimeError(f"{_where(ctx)}: the array holds plain tensors; X is a LoD tensor")
-        array = counted_array(array)            # plain rows whose count is data, next to plain ones
-    if not isinstance(array, TensorArray):
-        capacity = room if room else (static_index + 1 if static_index is not None else 1)
-        buffer = LoDValue(jnp.zeros((capacity,) + data.shape, data.dtype),
-                          [jnp.zeros((capacity,) + o.shape, jnp.int32) for o in offsets])
-        length = jnp.zeros((), jnp.int32)
-    else:
-        buffer, length = array.buffer, array.length
-        if len(buffer.offsets) != len(offsets):
-            raise OpRuntimeError(f"{_where(ctx)}: the array's elements have {len(buffer.offsets)} LoD levels, "
-                                 f"X has {len(offsets)}")
-        if buffer.offsets[0].shape[1] != offsets[0].shape[0]:
-            raise OpRuntimeError(f"{_where(ctx)}: the array's elements have {buffer.offsets[0].shape[1] - 1} "
-                                 f"top-level sequences, X has {offsets[0].shape[0] - 1}; under XLA they must agree")
-        capacity = buffer.data.shape[0]
-        needed = static_index + 1 if static_index is not None else capacity + 1
-        if needed > capacity and not room:
-            grow = needed - capacity
-            buffer = LoDValue(_pad_axis(buffer.data, needed, 0),
-                              [jnp.concatenate([o, jnp.zeros((grow,) + o.shape[1:], o.dtype)]) for o in buffer.offsets])
-            capacity = needed
-    # one row count and one length per level for every element: pad the smaller side
-    rows = max(buffer.data.shape[1], data.shape[0])
-    stored = _pad_axis(buffer.data, rows, 1)
-    data = _pad_axis(data, rows, 0)
-    levels_old, levels_new = [], []
-    for old, new in zip(buffer.offsets, offsets):
-        n = max(old.shape[1], new.shape[0])
-        levels_old.append(_pad_axis(old, n, 1, edge=True))
-        levels_new.append(_pad_axis(new, n, 0, edge=True))
-    stored = stored.at[i].set(data.astype(stored.dtype), mode="drop")
-    levels = [o.at[i].set(n, mode="drop") for o, n in zip(levels_old, levels_new)]
-    length = jnp.minimum(jnp.maximum(length, i + 1), capacity).astype(jnp.int32)
-    return TensorArray(LoDValue(stored, levels), length)
-
-
-def read_lod_item(array, i) -> LoDValue:
-    """Element ``i`` of an array of LoD elements."""
-    buffer = array.buffer
-    k = jnp.clip(i, 0, buffer.data.shape[0] - 1)
-    return LoDValue(buffer.data[k], tuple(o[k] for o in buffer.offsets))
 
 
 # -- beam_search_decode ------------------------------------------------------------------------------

@@ -1,0 +1,214 @@
+"""Conditional execution: ``conditional_block`` (``lax.cond``) and its gradient, and
+``select_input`` / ``select_output`` (the two branches of a ``cond`` joined and split).
+
+What the control-flow ops share, and how their gradients work: ``_control.py``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ...ir.errors import OpRuntimeError
+from ...ir.program import EMPTY_VAR_NAME
+from ...ir.registry import Attr, op
+from ...ir.shape import InferShapeContext, grad_rule
+from ..checks import index_inputs
+from ..lower import lod_aware
+from ._control import (_cotangents, _given, _keep_declared, _restore, _same_structure, _scope, _strong, _tree_map,
+                       _truth, _where, _zeros)
+from .tensor_array import TensorArray, _diffable, _fit_cotangent, _leaf, _put, _with_leaves
+
+
+# -- conditional_block -----------------------------------------------------------------------------
+def _branch(ctx, sub, out_names: list[str], key):
+    """(run, skip): the sub-block's outputs, and what the outputs are when it does not run
+    (their values from before, where they have one of the same type, else zeros)."""
+    shapes: list = []
+
+    def run(values):
+        written = sub(values, key)
+        outs = []
+        for n in out_names:
+            if n in written:
+                outs.append(_strong(written[n]))
+            elif n in values or n in ctx.env:
+                outs.append(_strong(values.get(n, ctx.env.get(n))))
+            else:
+                raise OpRuntimeError(f"{_where(ctx.op)}: output {n!r} is neither written by sub-block "
+                                     f"{sub.block.idx} nor has a value before the op")
+        shapes[:] = [jax.eval_shape(lambda v=v: v) for v in outs]
+        return outs
+
+    def skip(values):
+        structs = shapes or jax.eval_shape(run, values)
+        outs = []
+        for n, struct in zip(out_names, structs):
+            before = values.get(n, ctx.env.get(n))
+            if isinstance(before, TensorArray) and isinstance(struct, TensorArray) \
+                    and before.capacity < struct.buffer.shape[0]:
+                before = before.grown(struct.buffer.shape[0] - before.capacity)   # written in the branch
+            outs.append(_strong(before) if before is not None and _same_structure(before, struct)
+                        else _zeros(struct))
+        return outs
+
+    return run, skip
+
+
+def _condition(ctx):
+    """The op's condition: a traced bool, or a Python bool when it is static (non-scalar form)."""
+    conds = ctx.inputs("Cond")
+    if ctx.attr("is_scalar_condition"):
+        if not conds:
+            raise OpRuntimeError(f"{_where(ctx.op)}: is_scalar_condition needs a Cond input")
+        return _truth(conds[0], ctx.op, "Cond")
+    # Paddle: the block runs when every Cond tensor is non-empty; shapes are static under XLA.
+    return all(int(np.prod(c.shape)) != 0 for c in conds if c is not None)
+
+
+@op("conditional_block", inputs="Cond*? Input*?", outputs="Out*? Scope?",
+    attrs={"sub_block": Attr("block", 0), "is_scalar_condition": False},
+    infer_shape=_keep_declared, grad="custom")
+def conditional_block(ctx):
+    """Run sub-block ``sub_block`` when ``Cond`` holds (``lax.cond``); ``Out`` are the variables of
+    enclosing blocks it writes. Not run, they keep their values from before (zeros if none)."""
+    sub = ctx.sub_block()
+    given = _given(ctx.op.input("Input"), ctx.inputs("Input"))
+    out_names = [n for n in ctx.op.output("Out") if n != EMPTY_VAR_NAME]
+    key = sub.base_key()
+    pred = _condition(ctx)
+    run, skip = _branch(ctx, sub, out_names, key)
+    if isinstance(pred, bool):
+        outs = run(given) if pred else skip(given)
+    else:
+        outs = lax.cond(pred, run, skip, given)
+    result = dict(zip(out_names, outs))
+    return {"Out": [result.get(n) for n in ctx.op.output("Out")], "Scope": _scope(given, key)}
+
+
+@op("conditional_block_grad", inputs="Cond* Input* Out* Out@GRAD* Scope?", outputs="Input@GRAD*",
+    attrs={"sub_block": Attr("block", 0), "is_scalar_condition": False}, infer_shape=grad_rule, grad=None)
+def conditional_block_grad(ctx):
+    """The gradient of ``conditional_block``: ``jax.vjp`` of its forward sub-block where the
+    condition held, zeros where it did not. ``sub_block`` may name the forward block (fluidjax's
+    backward) or Paddle's grad block (whose ``forward_block_idx`` is then used)."""
+    op = ctx.op
+    sub = ctx.sub_block()
+    names = op.input("Input")
+    given, key = _restore(ctx, _given(names, ctx.inputs("Input")), "Scope")
+    grad_names = op.output("Input@GRAD")
+    wanted = [n for i, n in enumerate(names) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME
+              and _diffable(given.get(n))]
+    wanted = list(dict.fromkeys(wanted))
+    out_names = op.input("Out")
+    cts = _cotangents(op, ctx, out_names)
+    used = [(n, ct) for n, ct in zip(out_names, cts) if ct is not None and n != EMPTY_VAR_NAME]
+    if not wanted:
+        return {}
+
+    def forward(diff):
+        written = sub(_with_leaves(given, dict(zip(wanted, diff))), key)
+        # An output the branch does not write keeps its value from before: no gradient path.
+        return [_leaf(written[n]) if n in written else jnp.zeros_like(_leaf(ct)) for n, ct in used]
+
+    primals = [_leaf(given[n]) for n in wanted]
+
+    def taken(args):
+        diff, cotangents = args
+        outs, vjp = jax.vjp(forward, diff)
+        cotangents = [_fit_cotangent(c, o) for c, o in zip(cotangents, outs)]
+        return _strong(vjp(cotangents)[0])
+
+    def not_taken(args):
+        return [jnp.zeros_like(p) for p in args[0]]
+
+    pred = _condition(ctx)
+    args = (primals, [ct for _, ct in used])
+    if isinstance(pred, bool):
+        grads = taken(args) if pred else not_taken(args)
+    else:
+        grads = lax.cond(pred, taken, not_taken, args)
+    by_name = {n: _put(given[n], g) for n, g in zip(wanted, grads)}
+    return {"Input@GRAD": [by_name.get(n) if i < len(grad_names) and grad_names[i] != EMPTY_VAR_NAME else None
+                           for i, n in enumerate(names)]}
+
+
+# Sub-blocks see LoD values as they are (a DynamicRNN step pools its LoD static input).
+lod_aware("conditional_block")
+
+
+# -- select_input / select_output ------------------------------------------------------------------
+def _mask(ctx, count: int):
+    m = jnp.asarray(ctx.input("Mask"))
+    if m.size != 1:
+        raise OpRuntimeError(f"{_where(ctx.op)}: Mask must hold one integer, got shape {tuple(m.shape)}")
+    return jnp.clip(m.reshape(()).astype(jnp.int32), 0, count - 1)
+
+
+def _select_input_shape(ctx: InferShapeContext) -> None:
+    xs = [x for x in ctx.inputs("X") if x is not None]
+    ctx.check(bool(xs), "select_input needs at least one input")
+    first = xs[0]
+    shape = list(first.shape)
+    for x in xs[1:]:
+        if len(x.shape) != len(shape):
+            shape = list(xs[-1].shape)
+            break
+        shape = [a if a == b else -1 for a, b in zip(shape, x.shape)]
+    ctx.set_output("Out", shape, xs[-1].dtype, xs[-1].lod_level)
+
+
+def _select_input_grad(op, out_grads, in_grads):
+    return [("select_output", {"X": out_grads["Out"], "Mask": op.input("Mask")},
+             {"Out": in_grads["X"]}, {})]
+
+
+def _select_output_grad(op, out_grads, in_grads):
+    return [("select_input", {"X": out_grads["Out"], "Mask": op.input("Mask")},
+             {"Out": in_grads["X"]}, {})]
+
+
+@op("select_input", inputs="X* Mask", outputs="Out", infer_shape=_select_input_shape,
+    no_grad_inputs=["Mask"], grad_maker=_select_input_grad)
+def select_input(ctx):
+    """Out = X[Mask] (the branch a ``cond`` took). XLA needs one shape: the inputs must agree."""
+    xs = ctx.inputs("X")
+    present = [x for x in xs if x is not None]
+    if not present:
+        raise OpRuntimeError(f"{_where(ctx.op)}: no input has a value")
+    xs = [x if x is not None else _zeros(jax.eval_shape(lambda: present[0])) for x in xs]
+    first = jax.eval_shape(lambda: xs[0])
+    for i, x in enumerate(xs[1:], 1):
+        if not _same_structure(jax.eval_shape(lambda x=x: x), first):
+            shapes = [getattr(v, "shape", type(v).__name__) for v in xs]
+            raise OpRuntimeError(
+                f"{_where(ctx.op)}: its inputs have different shapes or dtypes {shapes}; under XLA both "
+                "branches of a cond must produce the same shape and dtype")
+    if len(xs) == 1:
+        return {"Out": xs[0]}
+    which = _mask(ctx, len(xs))
+    return {"Out": _tree_map(lambda *leaves: lax.select_n(which, *leaves), *xs)}
+
+
+def _select_output_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    for i, _ in enumerate(ctx.op.outputs.get("Out", [])):
+        ctx.set_output("Out", x.shape, x.dtype, x.lod_level, index=i)
+
+
+@op("select_output", inputs="X Mask", outputs="Out*", infer_shape=_select_output_shape,
+    no_grad_inputs=["Mask"], grad_maker=_select_output_grad)
+def select_output(ctx):
+    """Out[Mask] = X. The other outputs (which Paddle leaves unwritten) are zeros here: they are
+    the gradients of the branch not taken."""
+    x = ctx.input("X")
+    n = len(ctx.op.output("Out"))
+    which = _mask(ctx, n)
+    return {"Out": [_tree_map(lambda v, i=i: jnp.where(which == i, v, jnp.zeros_like(v)), x) for i in range(n)]}
+
+
+@index_inputs("select_input")
+def _(attr, shape):
+    return []      # Mask is clamped into range (its count is the number of X inputs, not a shape)
