@@ -28,6 +28,12 @@ class FeedError(FluidJaxError, ValueError):
     """A feed (or fetch) does not match the program's variables; raised before anything runs."""
 
 
+class EOFException(FluidJaxError, EOFError):
+    """A non-iterable data loader (``fluid.io.DataLoader`` / ``PyReader`` after ``start()``) has
+    no batch left: Fluid's ``fluid.core.EOFException``. Catch it, then call the loader's
+    ``reset()``."""
+
+
 class UninitializedVariableError(FluidJaxError, RuntimeError):
     """A persistable variable the program reads has no value in the scope."""
 
