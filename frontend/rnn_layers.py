@@ -33,7 +33,9 @@ from .layer_helper import LayerHelper
 from .param_attr import ParamAttr
 from .tensor_layers import assign, fill_constant_batch_size_like
 
-__all__ = ["lstm", "gru", "simple_rnn", "StaticRNN", "rnn"]
+# `rnn` (the seed's step_net form, below) is reached through rnn_cells.rnn, which also takes
+# Fluid 1.8's rnn(cell, inputs, ...).
+__all__ = ["lstm", "gru", "simple_rnn", "StaticRNN"]
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
