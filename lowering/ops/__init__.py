@@ -7,3 +7,4 @@ from . import extra_nn  # noqa: F401,E402
 from . import legacy  # noqa: F401,E402
 from . import lod_array  # noqa: F401,E402
 from . import beam_search  # noqa: F401,E402
+from . import averaging, optimizer_adaptive  # noqa: F401,E402  (Fluid 1.x's optimizers and ModelAverage)
