@@ -14,6 +14,11 @@ from ..checks import IndexInput, index_inputs
 from ..host_init import host_rule
 
 
+def _int_text(text: str) -> int:
+    """An integer ``str_value``: Paddle 2.x's initializers write ``str(float(v))`` ("-1.0")."""
+    return int(text) if text.strip().lstrip("+-").isdigit() else int(float(text))
+
+
 def _fill_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Out", ctx.attr("shape"), dtypes.from_enum(ctx.attr("dtype")), 0)
 
@@ -28,7 +33,7 @@ def fill_constant(ctx):
     text = ctx.attr("str_value")
     value = ctx.attr("value")
     if text:
-        value = int(text) if np.issubdtype(dtype, np.integer) else float(text)
+        value = _int_text(text) if np.issubdtype(dtype, np.integer) else float(text)
     if ctx.input("ValueTensor") is not None:
         value = ctx.input("ValueTensor").reshape(())
     from .manipulation import static_ints
@@ -42,7 +47,7 @@ def _fill_constant_host(ctx):
     dtype = ctx.dtype()
     text, value = ctx.attr("str_value"), ctx.attr("value")
     if text:
-        value = int(text) if np.issubdtype(dtype, np.integer) else float(text)
+        value = _int_text(text) if np.issubdtype(dtype, np.integer) else float(text)
     return np.full(ctx.shape(), value, dtype)
 
 
@@ -226,7 +231,7 @@ def _batch_like_shape(ctx: InferShapeContext) -> None:
 def _fill_value(ctx, dtype):
     text = ctx.attr("str_value")
     if text:
-        return int(text) if np.issubdtype(dtype, np.integer) else float(text)
+        return _int_text(text) if np.issubdtype(dtype, np.integer) else float(text)
     return ctx.attr("value")
 
 
