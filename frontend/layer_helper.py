@@ -66,6 +66,10 @@ class LayerHelper:
         param = self.main_program.global_block().create_parameter(
             name, shape, dtype, trainable=attr.trainable, regularizer=attr.regularizer,
             learning_rate=attr.learning_rate, need_clip=attr.need_clip)
+        # Fluid 1.x's per-parameter gradient clip and model-averaging flag (read by minimize and
+        # by ExponentialMovingAverage / ModelAverage).
+        param.gradient_clip_attr = getattr(attr, "gradient_clip", None)
+        param.do_model_average = getattr(attr, "do_model_average", True)
         startup = self.startup_program.global_block()
         if not startup.has_var(name):
             init(param, startup)

@@ -21,6 +21,15 @@ program fills them (``fill_constant``). Optimizer, clipping and regularization o
 ``op_role`` Optimize (2); the per-parameter learning-rate ``scale`` carries Optimize|LRSched (18),
 as in Paddle. A :mod:`~fluidjax.frontend.lr` scheduler as ``learning_rate`` is written into the
 learning-rate variable before every run (a run hook), so ``scheduler.step()`` never recompiles.
+
+This module is also Fluid 1.x's ``fluid.optimizer``: every class takes Fluid 1.8's arguments in
+Fluid's order (``learning_rate, ..., parameter_list, regularization, grad_clip, name``) and Paddle
+2.x's keywords (``parameters=``, ``weight_decay=``); ``SGDOptimizer`` is ``SGD`` and so on. A
+``learning_rate`` may be a Variable — a schedule built as ops (``fluid.layers.exponential_decay``,
+...) or a ``create_global_var`` — which the optimizer ops then read, as in Fluid. Without a
+``grad_clip``, the clips given per parameter (``fluid.clip.set_gradient_clip``,
+``ParamAttr(gradient_clip=...)``) are applied. ``ExponentialMovingAverage``, ``ModelAverage`` and
+``LookaheadOptimizer`` are in :mod:`.averaging`.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from ..ir.backward import append_backward
 from ..ir.program import OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE, Program, default_startup_program
 from ..ir.variable import Parameter, Variable
 from . import clip as _clip
+from .averaging import ExponentialMovingAverage, LookaheadOptimizer, ModelAverage  # noqa: F401
 from . import lr
 from .framework import program_guard
 from .initializer import Constant
@@ -42,8 +52,11 @@ from .lr import LRScheduler
 from .regularizer import L2Decay, WeightDecayRegularizer, append_regularization
 
 __all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamW", "Adagrad", "RMSProp", "Adamax", "Lamb", "lr",
+           "DecayedAdagrad", "Adadelta", "Ftrl", "LarsMomentum",
            "SGDOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdagradOptimizer", "RMSPropOptimizer",
-           "AdamaxOptimizer", "LambOptimizer"]
+           "AdamaxOptimizer", "LambOptimizer", "DecayedAdagradOptimizer", "AdadeltaOptimizer", "FtrlOptimizer",
+           "LarsMomentumOptimizer", "DGCMomentumOptimizer",
+           "ExponentialMovingAverage", "ModelAverage", "LookaheadOptimizer"]
 
 ParamsGrads = list[tuple[Parameter, Variable]]
 
@@ -54,22 +67,26 @@ _LR_DTYPE = "float32"
 class Optimizer:
     """Base class of the optimizers; subclasses define their accumulators and their op.
 
-    ``learning_rate`` is a float or a :class:`~fluidjax.frontend.lr.LRScheduler`;
-    ``weight_decay`` (alias ``regularization``) a float (L2 coefficient) or a regularizer;
-    ``grad_clip`` one of :mod:`fluidjax.frontend.clip`'s classes; ``parameters`` (alias
-    ``parameter_list``) limits which parameters are updated.
+    ``learning_rate`` is a float, a :class:`~fluidjax.frontend.lr.LRScheduler` or a Variable of
+    the program (Fluid 1.x: a schedule of ``fluid.layers``); ``regularization`` (alias
+    ``weight_decay``) a float (L2 coefficient) or a regularizer, for the parameters without their
+    own; ``grad_clip`` one of :mod:`fluidjax.frontend.clip`'s classes; ``parameter_list`` (alias
+    ``parameters``) limits which parameters are updated; ``name`` prefixes the accumulators.
     """
 
     _op_type = ""
 
-    def __init__(self, learning_rate: float | LRScheduler, parameters: Sequence | None = None,
-                 weight_decay: float | WeightDecayRegularizer | None = None, grad_clip=None,
-                 name: str | None = None, *, regularization: WeightDecayRegularizer | None = None,
-                 parameter_list: Sequence | None = None) -> None:
-        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, LRScheduler)):
-            raise TypeError(f"learning_rate must be a float or an LRScheduler, got {learning_rate!r}")
+    def __init__(self, learning_rate: float | LRScheduler | Variable, parameter_list: Sequence | None = None,
+                 regularization: float | WeightDecayRegularizer | None = None, grad_clip=None,
+                 name: str | None = None, *, parameters: Sequence | None = None,
+                 weight_decay: float | WeightDecayRegularizer | None = None) -> None:
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, LRScheduler, Variable)):
+            raise TypeError("learning_rate must be a float, an LRScheduler or a Variable (e.g. "
+                            f"fluid.layers.exponential_decay(...)), got {learning_rate!r}")
         if weight_decay is not None and regularization is not None:
             raise ValueError("give weight_decay or regularization, not both")
+        if parameters is not None and parameter_list is not None:
+            raise ValueError("give parameters or parameter_list, not both")
         decay = weight_decay if weight_decay is not None else regularization
         if isinstance(decay, (int, float)) and not isinstance(decay, bool):
             decay = L2Decay(float(decay))
@@ -78,7 +95,10 @@ class Optimizer:
                             f"got {decay!r}")
         if grad_clip is not None and not isinstance(grad_clip, _clip.GradientClipBase):
             raise TypeError(f"grad_clip must be a fj.clip.ClipGradBy* object, got {grad_clip!r}")
-        self._learning_rate = learning_rate if isinstance(learning_rate, LRScheduler) else float(learning_rate)
+        if isinstance(learning_rate, (LRScheduler, Variable)):
+            self._learning_rate = learning_rate
+        else:
+            self._learning_rate = float(learning_rate)
         self._parameter_list = list(parameters if parameters is not None else parameter_list or []) or None
         self.regularization = decay
         self._grad_clip = grad_clip
@@ -88,10 +108,17 @@ class Optimizer:
         self._hooked: set[int] = set()                    # programs whose run hooks write the lr
         self._main: Program | None = None
         self._startup: Program | None = None
+        if isinstance(learning_rate, Variable):
+            # A rate computed by the program (a schedule of fluid.layers, a create_global_var):
+            # the optimizer ops of that program read it, as in Fluid.
+            self._lr_vars[learning_rate.block.program._uid] = learning_rate
 
     # -- the learning rate -------------------------------------------------------------------
     def get_lr(self) -> float:
         """The current learning rate (a scheduler's current value)."""
+        if isinstance(self._learning_rate, Variable):
+            raise TypeError(f"this optimizer's learning rate is the Variable {self._learning_rate.name!r}, computed "
+                            "by the program: fetch it (exe.run(..., fetch_list=[lr]))")
         if isinstance(self._learning_rate, LRScheduler):
             return self._learning_rate()
         return self._learning_rate
@@ -101,6 +128,9 @@ class Optimizer:
         (through a run hook: no recompilation)."""
         if isinstance(self._learning_rate, LRScheduler):
             raise RuntimeError("this optimizer's learning rate is an LRScheduler; step the scheduler instead")
+        if isinstance(self._learning_rate, Variable):
+            raise RuntimeError(f"this optimizer's learning rate is the Variable {self._learning_rate.name!r}, "
+                               "computed by the program; set that variable (or its schedule) instead")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"set_lr needs a float, got {value!r}")
         self._learning_rate = float(value)
@@ -115,6 +145,9 @@ class Optimizer:
         main = self._main
         if main._uid in self._lr_vars:
             return self._lr_vars[main._uid]
+        if isinstance(self._learning_rate, Variable):
+            raise TypeError(f"the learning rate {self._learning_rate.name!r} is a Variable of another program; "
+                            "an optimizer whose rate is a Variable optimizes that program only (as in Fluid)")
         name = unique_name.generate("learning_rate")
         var = main.global_block().create_var(name, (), _LR_DTYPE, persistable=True, stop_gradient=True)
         Constant(self.get_lr())(var, self._startup.global_block())
@@ -160,7 +193,10 @@ class Optimizer:
     # -- accumulators ------------------------------------------------------------------------------
     def _add_accumulator(self, name: str, param: Parameter, fill_value: float = 0.0, shape=None,
                          dtype=None) -> Variable:
-        """A persistable ``<param>_<name>_<n>`` in the main program, filled by the startup program."""
+        """A persistable ``<param>_<name>_<n>`` in the main program, filled by the startup program
+        (``<param>_<optimizer name>_<name>_<n>`` for an optimizer given ``name=``, as in Paddle)."""
+        if self._name is not None:
+            name = f"{self._name}_{name}"
         if param.name in self._accumulators[name]:
             return self._accumulators[name][param.name]
         var_name = unique_name.generate(f"{param.name}_{name}")
@@ -172,6 +208,8 @@ class Optimizer:
         return var
 
     def _get_accumulator(self, name: str, param: Parameter) -> Variable:
+        if self._name is not None:
+            name = f"{self._name}_{name}"
         try:
             return self._accumulators[name][param.name]
         except KeyError:
@@ -185,7 +223,11 @@ class Optimizer:
                  no_grad_set=None, callbacks=None) -> ParamsGrads:
         """Append the backward pass of ``loss``; return ``[(parameter, gradient)]``."""
         params = parameter_list if parameter_list is not None else self._parameter_list
-        return append_backward(loss, params, no_grad_set)
+        block = loss.block
+        start = len(block.ops)
+        params_grads = append_backward(loss, params, no_grad_set)
+        _clip.append_error_clip_ops(block, start)
+        return params_grads
 
     def apply_gradients(self, params_grads: ParamsGrads, startup_program: Program | None = None) -> list:
         """Append clipping, regularization and the optimizer ops for ``params_grads``; return the
@@ -201,6 +243,8 @@ class Optimizer:
         with program_guard(main, startup):
             if self._grad_clip is not None:
                 params_grads = self._grad_clip(params_grads)
+            else:   # Fluid 1.x: set_gradient_clip(...) or ParamAttr(gradient_clip=...) per parameter
+                params_grads = _clip.append_gradient_clip_ops(params_grads)
             params_grads = [(p, self._regularize(p, g)) for p, g in params_grads]
             return self._create_optimization_pass(params_grads)
 
@@ -260,9 +304,10 @@ class SGD(Optimizer):
 
     _op_type = "sgd"
 
-    def __init__(self, learning_rate: float | LRScheduler = 0.001, parameters=None, weight_decay=None, grad_clip=None,
-                 multi_precision: bool = False, name: str | None = None, **kwargs) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name, **kwargs)
+    def __init__(self, learning_rate: float | LRScheduler | Variable = 0.001, parameter_list=None,
+                 regularization=None, grad_clip=None, name: str | None = None, *, multi_precision: bool = False,
+                 **kwargs) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
         self._multi_precision = multi_precision
 
     def _append_optimize_op(self, block, param, grad):
@@ -280,15 +325,18 @@ class Momentum(Optimizer):
     _op_type = "momentum"
     _velocity = "velocity"
 
-    def __init__(self, learning_rate: float | LRScheduler = 0.001, momentum: float = 0.9, parameters=None,
-                 use_nesterov: bool = False, weight_decay=None, grad_clip=None, multi_precision: bool = False,
-                 rescale_grad: float = 1.0, use_multi_tensor: bool = False, name: str | None = None,
-                 **kwargs) -> None:
-        decay = weight_decay if weight_decay is not None else kwargs.pop("regularization", None)
+    def __init__(self, learning_rate: float | LRScheduler | Variable = 0.001, momentum: float = 0.9,
+                 parameter_list=None, use_nesterov: bool = False, regularization=None, grad_clip=None,
+                 name: str | None = None, *, weight_decay=None, multi_precision: bool = False,
+                 rescale_grad: float = 1.0, use_multi_tensor: bool = False, **kwargs) -> None:
+        if weight_decay is not None and regularization is not None:
+            raise ValueError("give weight_decay or regularization, not both")
+        decay = weight_decay if weight_decay is not None else regularization
         if isinstance(decay, (int, float)) and not isinstance(decay, bool):
             decay = L2Decay(float(decay))
         fused = decay if isinstance(decay, L2Decay) else None
-        super().__init__(learning_rate, parameters, None if fused is not None else decay, grad_clip, name, **kwargs)
+        super().__init__(learning_rate, parameter_list, None if fused is not None else decay, grad_clip, name,
+                         **kwargs)
         self._momentum = _float(momentum, "momentum")
         self._use_nesterov = bool(use_nesterov)
         self._rescale_grad = float(rescale_grad)
@@ -324,19 +372,28 @@ class _AdamBase(Optimizer):
     _moment1, _moment2 = "moment1", "moment2"
     _beta1_pow, _beta2_pow = "beta1_pow_acc", "beta2_pow_acc"
 
-    def _init_betas(self, beta1, beta2, epsilon) -> None:
-        self._beta1 = _float(beta1, "beta1")
-        self._beta2 = _float(beta2, "beta2")
+    def _init_betas(self, beta1, beta2, epsilon, allow_variables: bool = False) -> None:
+        betas = []
+        for value, what in ((beta1, "beta1"), (beta2, "beta2")):
+            if allow_variables and isinstance(value, Variable):
+                betas.append(value)
+                continue
+            value = _float(value, what)
+            if not 0 <= value < 1:
+                raise ValueError(f"{what} must be in [0, 1), got {value}")
+            betas.append(value)
+        self._beta1, self._beta2 = betas
         self._epsilon = _float(epsilon, "epsilon")
-        if not 0 <= self._beta1 < 1 or not 0 <= self._beta2 < 1:
-            raise ValueError(f"beta1 and beta2 must be in [0, 1), got {beta1} and {beta2}")
 
     def _create_accumulators(self, block, parameters):
         for p in parameters:
             self._add_accumulator(self._moment1, p)
             self._add_accumulator(self._moment2, p)
-            self._add_accumulator(self._beta1_pow, p, fill_value=self._beta1, shape=(1,))
-            self._add_accumulator(self._beta2_pow, p, fill_value=self._beta2, shape=(1,))
+            # A Variable beta starts its power at Fluid's defaults (0.9, 0.999), as Fluid does.
+            b1 = 0.9 if isinstance(self._beta1, Variable) else self._beta1
+            b2 = 0.999 if isinstance(self._beta2, Variable) else self._beta2
+            self._add_accumulator(self._beta1_pow, p, fill_value=b1, shape=(1,))
+            self._add_accumulator(self._beta2_pow, p, fill_value=b2, shape=(1,))
 
     def _adam_slots(self, param, grad):
         acc = {k: self._get_accumulator(k, param) for k in (self._moment1, self._moment2, self._beta1_pow,
@@ -354,19 +411,25 @@ class Adam(_AdamBase):
 
     _op_type = "adam"
 
-    def __init__(self, learning_rate: float | LRScheduler = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-8, parameters=None, weight_decay=None, grad_clip=None, lazy_mode: bool = False,
-                 multi_precision: bool = False, use_multi_tensor: bool = False, name: str | None = None,
-                 **kwargs) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name, **kwargs)
-        self._init_betas(beta1, beta2, epsilon)
+    def __init__(self, learning_rate: float | LRScheduler | Variable = 0.001, beta1: float | Variable = 0.9,
+                 beta2: float | Variable = 0.999, epsilon: float = 1e-8, parameter_list=None, regularization=None,
+                 grad_clip=None, name: str | None = None, lazy_mode: bool = False, *, multi_precision: bool = False,
+                 use_multi_tensor: bool = False, **kwargs) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
+        self._init_betas(beta1, beta2, epsilon, allow_variables=True)
         self._lazy_mode = bool(lazy_mode)
 
     def _append_optimize_op(self, block, param, grad):
         inputs, outputs = self._adam_slots(param, grad)
-        return block.append_op("adam", inputs, outputs, {
-            "beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon, "lazy_mode": self._lazy_mode,
-            "min_row_size_to_use_multithread": 1000, "multi_precision": False, "use_global_beta_pow": False})
+        attrs = {"epsilon": self._epsilon, "lazy_mode": self._lazy_mode, "min_row_size_to_use_multithread": 1000,
+                 "multi_precision": False, "use_global_beta_pow": False}
+        # Fluid 1.x: a Variable beta (a schedule of the program) goes in Beta1Tensor/Beta2Tensor.
+        for key, slot, value in (("beta1", "Beta1Tensor", self._beta1), ("beta2", "Beta2Tensor", self._beta2)):
+            if isinstance(value, Variable):
+                inputs[slot] = value
+            else:
+                attrs[key] = value
+        return block.append_op("adam", inputs, outputs, attrs)
 
 
 class AdamW(_AdamBase):
@@ -386,7 +449,7 @@ class AdamW(_AdamBase):
         if isinstance(weight_decay, WeightDecayRegularizer) or not isinstance(weight_decay, (int, float)):
             raise TypeError("AdamW's weight_decay is a float coefficient (give a regularizer per parameter "
                             "with ParamAttr(regularizer=...))")
-        super().__init__(learning_rate, parameters, None, grad_clip, name, **kwargs)
+        super().__init__(learning_rate, grad_clip=grad_clip, name=name, parameters=parameters, **kwargs)
         self._init_betas(beta1, beta2, epsilon)
         self._coeff = float(weight_decay)
         self._lr_ratio = lr_ratio
@@ -409,12 +472,12 @@ class Lamb(_AdamBase):
 
     _op_type = "lamb"
 
-    def __init__(self, learning_rate: float | LRScheduler = 0.001, lamb_weight_decay: float = 0.01,
-                 beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-6, parameters=None,
-                 grad_clip=None, exclude_from_weight_decay_fn: Callable | None = None,
-                 multi_precision: bool = False, always_adapt: bool = False, name: str | None = None,
+    def __init__(self, learning_rate: float | LRScheduler | Variable = 0.001, lamb_weight_decay: float = 0.01,
+                 beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-6, parameter_list=None,
+                 regularization=None, grad_clip=None, exclude_from_weight_decay_fn: Callable | None = None,
+                 name: str | None = None, *, multi_precision: bool = False, always_adapt: bool = False,
                  **kwargs) -> None:
-        super().__init__(learning_rate, parameters, None, grad_clip, name, **kwargs)
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
         self._init_betas(beta1, beta2, epsilon)
         self._lamb_weight_decay = _float(lamb_weight_decay, "lamb_weight_decay")
         self._exclude_fn = exclude_from_weight_decay_fn
@@ -434,10 +497,10 @@ class Adamax(Optimizer):
 
     _op_type = "adamax"
 
-    def __init__(self, learning_rate: float | LRScheduler = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-8, parameters=None, weight_decay=None, grad_clip=None,
-                 name: str | None = None, **kwargs) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name, **kwargs)
+    def __init__(self, learning_rate: float | LRScheduler | Variable = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-8, parameter_list=None, regularization=None,
+                 grad_clip=None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
         self._beta1 = _float(beta1, "beta1")
         self._beta2 = _float(beta2, "beta2")
         self._epsilon = _float(epsilon, "epsilon")
@@ -474,10 +537,10 @@ class Adagrad(Optimizer):
 
     _op_type = "adagrad"
 
-    def __init__(self, learning_rate: float | LRScheduler, epsilon: float = 1e-6, parameters=None,
-                 weight_decay=None, grad_clip=None, name: str | None = None, initial_accumulator_value: float = 0.0,
-                 **kwargs) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name, **kwargs)
+    def __init__(self, learning_rate: float | LRScheduler | Variable, epsilon: float = 1e-6, parameter_list=None,
+                 regularization=None, grad_clip=None, name: str | None = None,
+                 initial_accumulator_value: float = 0.0, **kwargs) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
         self._epsilon = _float(epsilon, "epsilon")
         self._initial = _float(initial_accumulator_value, "initial_accumulator_value")
 
@@ -499,10 +562,10 @@ class RMSProp(Optimizer):
 
     _op_type = "rmsprop"
 
-    def __init__(self, learning_rate: float | LRScheduler, rho: float = 0.95, epsilon: float = 1e-6,
-                 momentum: float = 0.0, centered: bool = False, parameters=None, weight_decay=None,
+    def __init__(self, learning_rate: float | LRScheduler | Variable, rho: float = 0.95, epsilon: float = 1e-6,
+                 momentum: float = 0.0, centered: bool = False, parameter_list=None, regularization=None,
                  grad_clip=None, name: str | None = None, **kwargs) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name, **kwargs)
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
         self._rho = _float(rho, "rho")
         self._epsilon = _float(epsilon, "epsilon")
         self._momentum = _float(momentum, "momentum")
@@ -526,7 +589,162 @@ class RMSProp(Optimizer):
              "centered": self._centered, "multi_precision": False})
 
 
-# Paddle 1.x (fluid.optimizer) names.
+class DecayedAdagrad(Optimizer):
+    """Decayed Adagrad (op ``decayed_adagrad``): a ``moment`` accumulator that decays by ``decay``
+    (Fluid 1.x's ``DecayedAdagradOptimizer``)."""
+
+    _op_type = "decayed_adagrad"
+
+    def __init__(self, learning_rate: float | LRScheduler | Variable, decay: float = 0.95, epsilon: float = 1e-6,
+                 parameter_list=None, regularization=None, grad_clip=None, name: str | None = None,
+                 **kwargs) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
+        self._decay = _float(decay, "decay")
+        self._epsilon = _float(epsilon, "epsilon")
+
+    def _create_accumulators(self, block, parameters):
+        for p in parameters:
+            self._add_accumulator("moment", p)
+
+    def _append_optimize_op(self, block, param, grad):
+        moment = self._get_accumulator("moment", param)
+        return block.append_op(
+            "decayed_adagrad",
+            {"Param": param, "Grad": grad, "Moment": moment, "LearningRate": self._create_param_lr(param)},
+            {"ParamOut": param, "MomentOut": moment}, {"epsilon": self._epsilon, "decay": self._decay})
+
+
+class Adadelta(Optimizer):
+    """Adadelta (op ``adadelta``): ``_avg_squared_grad`` and ``_avg_squared_update`` accumulators
+    (decay ``rho``) per parameter — Fluid 1.x's ``AdadeltaOptimizer``.
+
+    As in Fluid 1.x, the step is **not** scaled by ``learning_rate``: Fluid 1.x's op had no
+    learning-rate input, so the op is emitted without one (Paddle 2.x's ``paddle.optimizer.Adadelta``
+    multiplies its step by the rate, and Paddle 2.6 refuses the op without it).
+    """
+
+    _op_type = "adadelta"
+
+    def __init__(self, learning_rate: float | LRScheduler | Variable, epsilon: float = 1e-6, rho: float = 0.95,
+                 parameter_list=None, regularization=None, grad_clip=None, name: str | None = None,
+                 **kwargs) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
+        self._epsilon = _float(epsilon, "epsilon")
+        self._rho = _float(rho, "rho")
+
+    def _create_accumulators(self, block, parameters):
+        for p in parameters:
+            self._add_accumulator("_avg_squared_grad", p)
+            self._add_accumulator("_avg_squared_update", p)
+
+    def _append_optimize_op(self, block, param, grad):
+        sq_grad = self._get_accumulator("_avg_squared_grad", param)
+        sq_update = self._get_accumulator("_avg_squared_update", param)
+        return block.append_op(
+            "adadelta",
+            {"Param": param, "Grad": grad, "AvgSquaredGrad": sq_grad, "AvgSquaredUpdate": sq_update},
+            {"ParamOut": param, "AvgSquaredGradOut": sq_grad, "AvgSquaredUpdateOut": sq_update},
+            {"epsilon": self._epsilon, "rho": self._rho})
+
+
+class Ftrl(Optimizer):
+    """FTRL-Proximal (op ``ftrl``): ``squared`` and ``linear`` accumulators per parameter, L1/L2
+    strengths ``l1``/``l2`` and ``lr_power`` (Fluid 1.x's ``FtrlOptimizer``).
+
+    Fluid 1.x passed ``l1`` as the op's ``l2`` too (a bug fixed in Paddle 2.x); here ``l2`` is
+    ``l2``, as documented.
+    """
+
+    _op_type = "ftrl"
+
+    def __init__(self, learning_rate: float | LRScheduler | Variable, l1: float = 0.0, l2: float = 0.0,
+                 lr_power: float = -0.5, parameter_list=None, regularization=None, grad_clip=None,
+                 name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
+        self._l1, self._l2 = _float(l1, "l1"), _float(l2, "l2")
+        self._lr_power = _float(lr_power, "lr_power")
+
+    def _create_accumulators(self, block, parameters):
+        for p in parameters:
+            self._add_accumulator("squared", p)
+            self._add_accumulator("linear", p)
+
+    def _append_optimize_op(self, block, param, grad):
+        squared = self._get_accumulator("squared", param)
+        linear = self._get_accumulator("linear", param)
+        return block.append_op(
+            "ftrl",
+            {"Param": param, "Grad": grad, "SquaredAccumulator": squared, "LinearAccumulator": linear,
+             "LearningRate": self._create_param_lr(param)},
+            {"ParamOut": param, "SquaredAccumOut": squared, "LinearAccumOut": linear},
+            {"l1": self._l1, "l2": self._l2, "lr_power": self._lr_power})
+
+
+class LarsMomentum(Optimizer):
+    """Momentum with LARS (op ``lars_momentum``): each parameter's rate is scaled by
+    ``lars_coeff * ||w|| / (||g|| + lars_weight_decay * ||w||)`` and ``lars_weight_decay * w`` is
+    added to its gradient (Fluid 1.x's ``LarsMomentumOptimizer``). ``exclude_from_weight_decay``
+    (Paddle 2.x) lists name fragments of parameters that get no LARS decay."""
+
+    _op_type = "lars_momentum"
+    _velocity = "velocity"
+
+    def __init__(self, learning_rate: float | LRScheduler | Variable, momentum: float, lars_coeff: float = 0.001,
+                 lars_weight_decay: float = 0.0005, parameter_list=None, regularization=None, grad_clip=None,
+                 name: str | None = None, *, exclude_from_weight_decay: Sequence[str] | None = None,
+                 epsilon: float = 0.0, rescale_grad: float = 1.0, **kwargs) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name, **kwargs)
+        self._momentum = _float(momentum, "momentum")
+        self._lars_coeff = _float(lars_coeff, "lars_coeff")
+        self._lars_weight_decay = _float(lars_weight_decay, "lars_weight_decay")
+        self._exclude = list(exclude_from_weight_decay or [])
+        self._epsilon = _float(epsilon, "epsilon")
+        self._rescale_grad = _float(rescale_grad, "rescale_grad")
+
+    def _create_accumulators(self, block, parameters):
+        for p in parameters:
+            self._add_accumulator(self._velocity, p)
+
+    def _append_optimize_op(self, block, param, grad):
+        velocity = self._get_accumulator(self._velocity, param)
+        decay = 0.0 if any(part in param.name for part in self._exclude) else self._lars_weight_decay
+        return block.append_op(
+            "lars_momentum",
+            {"Param": [param], "Grad": [grad], "Velocity": [velocity], "LearningRate": [self._create_param_lr(param)]},
+            {"ParamOut": [param], "VelocityOut": [velocity]},
+            {"mu": self._momentum, "lars_coeff": self._lars_coeff, "lars_weight_decay": [decay],
+             "epsilon": self._epsilon, "rescale_grad": self._rescale_grad})
+
+
+class DGCMomentum(Momentum):
+    """Fluid 1.x's ``DGCMomentumOptimizer``, run as plain momentum (op ``momentum``).
+
+    Deep Gradient Compression changes what multi-GPU workers *send* each other (the top
+    ``1 - sparsity`` of each large gradient, the rest accumulated locally) and needs Paddle's NCCL
+    runtime. fluidjax reduces gradients with XLA's collectives, so it takes DGC's arguments
+    (``rampup_begin_step``, ``rampup_step``, ``sparsity``, ``num_trainers``) and updates with plain
+    momentum — which is what Fluid itself does for every parameter under 16384 elements and for
+    every step before ``rampup_begin_step``. As in Fluid, ``grad_clip`` must be a
+    ``GradientClipByNorm``.
+    """
+
+    def __init__(self, learning_rate: float | LRScheduler | Variable, momentum: float, rampup_begin_step: int,
+                 rampup_step: int = 1, sparsity: Sequence[float] = (0.999,), parameter_list=None,
+                 use_nesterov: bool = False, num_trainers: int | None = None, regularization=None, grad_clip=None,
+                 name: str | None = None, **kwargs) -> None:
+        if grad_clip is not None and not isinstance(grad_clip, _clip.ClipGradByNorm):
+            raise TypeError("DGCMomentumOptimizer's grad_clip must be a GradientClipByNorm (as in Fluid)")
+        if int(rampup_begin_step) < 0:
+            raise ValueError(f"rampup_begin_step must be >= 0, got {rampup_begin_step}")
+        super().__init__(learning_rate, momentum, parameter_list, use_nesterov, regularization, grad_clip, name,
+                         **kwargs)
+        self._rampup_begin_step = int(rampup_begin_step)
+        self._rampup_step = int(rampup_step)
+        self._sparsity = list(sparsity)
+        self._num_trainers = num_trainers
+
+
+# Fluid 1.x's names (fluid.optimizer.SGDOptimizer, ...): the same classes.
 SGDOptimizer = SGD
 MomentumOptimizer = Momentum
 AdamOptimizer = Adam
@@ -534,3 +752,8 @@ AdagradOptimizer = Adagrad
 RMSPropOptimizer = RMSProp
 AdamaxOptimizer = Adamax
 LambOptimizer = Lamb
+DecayedAdagradOptimizer = DecayedAdagrad
+AdadeltaOptimizer = Adadelta
+FtrlOptimizer = Ftrl
+LarsMomentumOptimizer = LarsMomentum
+DGCMomentumOptimizer = DGCMomentum

@@ -10,12 +10,17 @@ from .initializer import Initializer
 class ParamAttr:
     """Name, initializer, learning-rate scale, regularizer and trainability of a parameter.
 
+    Fluid 1.x's arguments, in its order: ``gradient_clip`` (a ``fluid.clip.GradientClipBy*`` for
+    this parameter's gradient, applied by ``minimize`` when the optimizer has no ``grad_clip``) and
+    ``do_model_average`` (False leaves the parameter out of ``ExponentialMovingAverage`` and
+    ``ModelAverage``). ``need_clip=False`` (Paddle 2.x) exempts it from an optimizer's ``grad_clip``.
+
     >>> ParamAttr(name="fc_w", initializer=fj.initializer.Constant(0.5), trainable=False)  # doctest: +SKIP
     """
 
     def __init__(self, name: str | None = None, initializer: Initializer | None = None,
                  learning_rate: float = 1.0, regularizer: Any = None, trainable: bool = True,
-                 need_clip: bool = True) -> None:
+                 gradient_clip: Any = None, do_model_average: bool = True, need_clip: bool = True) -> None:
         if initializer is not None and not isinstance(initializer, Initializer):
             raise TypeError(f"initializer must be a fluidjax initializer, got {initializer!r}")
         self.name = name
@@ -23,6 +28,8 @@ class ParamAttr:
         self.learning_rate = learning_rate
         self.regularizer = regularizer
         self.trainable = trainable
+        self.gradient_clip = gradient_clip
+        self.do_model_average = do_model_average
         self.need_clip = need_clip
 
     @staticmethod

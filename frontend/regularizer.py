@@ -19,16 +19,28 @@ __all__ = ["WeightDecayRegularizer", "L1Decay", "L2Decay", "L1DecayRegularizer",
 
 class WeightDecayRegularizer:
     """Base class: ``regularizer(param, grad, block)`` appends the penalty-gradient ops and
-    returns the variable holding the term to add to ``grad``."""
+    returns the variable holding the term to add to ``grad``.
 
-    def __init__(self, coeff: float = 0.0) -> None:
-        if not isinstance(coeff, (int, float)):
+    The coefficient is ``coeff`` (Paddle 2.x's keyword) or ``regularization_coeff`` (Fluid 1.x's).
+    """
+
+    def __init__(self, coeff: float = 0.0, *, regularization_coeff: float | None = None) -> None:
+        if regularization_coeff is not None:
+            if coeff != 0.0:
+                raise ValueError("give coeff or regularization_coeff, not both")
+            coeff = regularization_coeff
+        if isinstance(coeff, bool) or not isinstance(coeff, (int, float)):
             raise TypeError(f"{type(self).__name__} needs a float coeff, got {coeff!r}")
         self._coeff = float(coeff)
 
     @property
     def coeff(self) -> float:
         """The decay coefficient."""
+        return self._coeff
+
+    @property
+    def _regularization_coeff(self) -> float:
+        """Fluid 1.x's name for :attr:`coeff`."""
         return self._coeff
 
     def __call__(self, param: Variable, grad: Variable, block) -> Variable:
@@ -63,7 +75,7 @@ class L1Decay(WeightDecayRegularizer):
         return decay
 
 
-# Paddle 1.x names.
+# Fluid 1.x's names: the same classes (both take regularization_coeff=).
 L2DecayRegularizer = L2Decay
 L1DecayRegularizer = L1Decay
 

@@ -157,6 +157,11 @@ class Variable:
         prefix = " ".join(flags) + " " if flags else ""
         return f"{prefix}var {self.name}{kind} : shape={self.shape} dtype={self.dtype}{lod}"
 
+    def _set_error_clip(self, error_clip) -> None:
+        """Fluid 1.x: clip this variable's gradient as the backward pass computes it
+        (``fluid.clip.ErrorClipByValue``; read by the optimizer's ``backward``). Python-only."""
+        self.__dict__["error_clip"] = error_clip
+
 
 class Parameter(Variable):
     """A persistable, trainable variable created in a program's global block.
