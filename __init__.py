@@ -20,6 +20,7 @@ from .ir.errors import OpVersionError, ParameterMismatchError, TensorFormatError
 from .lowering import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPlace, Executor, LoDTensor, Scope,
                        TPUPlace, global_scope)
 from .lowering.flags import get_flags, set_flags
+from .ir.errors import ReentrantRunError
 from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
 from .frontend.drawing import draw
@@ -80,6 +81,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BuildStrategy", "CompiledProgram", "distributed", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
+    "ReentrantRunError",
     "UnregisteredOpError", "VariableNotFoundError", "OpVersionError", "ParameterMismatchError", "TensorFormatError",
     "UnsafeFormatError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",

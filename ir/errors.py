@@ -102,3 +102,8 @@ class OpVersionError(FluidJaxError, ValueError):
 class NotOfferedError(FluidJaxError, NotImplementedError):
     """A part of Fluid's API that fluidjax deliberately does not offer (dygraph, the parameter
     server transpiler, CUDA-only paths): the message says what to use instead."""
+
+
+class ReentrantRunError(FluidJaxError, RuntimeError):
+    """``Executor.run`` was called on a scope whose run is in progress on the same thread (from a
+    signal handler or a callback that interrupted that run): nothing ran, the scope is unchanged."""

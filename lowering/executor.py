@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import sys
 import threading
 import weakref
 from typing import Any, Mapping, Sequence
@@ -25,6 +26,7 @@ import numpy as np
 from ..ir import dtypes, registry
 from ..ir.errors import (FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError,
                          UnregisteredOpError)
+from ..ir.errors import ReentrantRunError
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
 from . import flags, host_init
@@ -74,6 +76,37 @@ def _state_lock(scope: Scope) -> threading.RLock:
     while scope.parent is not None:
         scope = scope.parent
     return scope._lock
+
+
+# The state locks of the runs in progress on each thread (see Executor.run).
+_in_progress = threading.local()
+
+_REENTRANT = ("exe.run was called on a scope whose run is in progress on this same thread: a signal handler "
+              "(or a callback) interrupted that run and called exe.run again. It cannot wait for that run, "
+              "which waits for it, so nothing ran and the scope is unchanged. Set a flag in the handler and "
+              "call exe.run from the handler after the run returns (or from your main loop).")
+
+
+def _runs_on_this_thread() -> set:
+    try:
+        return _in_progress.runs
+    except AttributeError:
+        runs = _in_progress.runs = set()
+        return runs
+
+
+def _run_in_progress(lock) -> bool:
+    """Whether a frame of ``Executor.run`` on this thread's stack (below the caller's) runs on
+    ``lock``'s scope. Asked only when the thread's set names the lock: an exception raised by a
+    signal handler between its ``add`` and ``discard`` can leave a stale entry, which must not
+    refuse later runs."""
+    frame = sys._getframe(2)
+    code = Executor.run.__code__
+    while frame is not None:
+        if frame.f_code is code and frame.f_locals.get("lock") is lock:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @dataclasses.dataclass
@@ -151,19 +184,32 @@ class Executor:
         if scope.__class__ is not Scope and not isinstance(scope, Scope):
             raise TypeError(f"Executor.run expects a fluidjax Scope, got {type(scope).__name__}")
         committed = False
+        lock = _state_lock(scope)
         try:
-            with _state_lock(scope):
-                program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
-                if plan.host_ops:
-                    self._run_host_ops(plan, scope)
-                if plan.on_host:
-                    values = self._host_values(program, plan, args[3])
-                with deferred_signals():
+            with lock:
+                # A handler (or callback) that interrupted a run of this scope on this thread cannot
+                # wait for it: that run waits for the handler. It is refused before it reads anything.
+                runs = _runs_on_this_thread()
+                if lock in runs and _run_in_progress(lock):
+                    raise ReentrantRunError(_REENTRANT)
+                try:
+                    runs.add(lock)
+                    program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
+                    if plan.host_ops:
+                        self._run_host_ops(plan, scope)
                     if plan.on_host:
-                        fetches, failed = self._commit_host(program, scope, plan, values)
-                    else:
-                        fetches, failed = self._execute(program, scope, plan, args)
-                    committed = failed is None
+                        values = self._host_values(program, plan, args[3])
+                    with deferred_signals():
+                        try:
+                            if plan.on_host:
+                                fetches, failed = self._commit_host(program, scope, plan, values)
+                            else:
+                                fetches, failed = self._execute(program, scope, plan, args)
+                            committed = failed is None
+                        finally:
+                            runs.discard(lock)   # before the deferred handlers run: they may run
+                finally:
+                    runs.discard(lock)
             if failed is not None:
                 raise failed
             if return_numpy:

@@ -72,7 +72,10 @@ class deferred_signals:
             return
         _restore()
         while _pending:
-            signum, frame = _pending.pop(0)
+            try:
+                signum, frame = _pending.pop(0)
+            except IndexError:    # a handler delivered here ran a deferred window of its own,
+                break             # which delivered the rest
             handler = _getsignal(signum)
             if callable(handler):
                 handler(signum, frame)

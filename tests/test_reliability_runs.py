@@ -91,3 +91,69 @@ def test_a_known_dim_is_checked_for_every_feed_kind_and_on_the_fast_path(kind, f
             exe.run(main, feed={"x": make(bad)}, fetch_list=[s])
         msg = str(err.value)
         assert "'x'" in msg and str(tuple(bad.shape)) in msg and str(x.shape) in msg
+
+
+# -- item 12: exe.run re-entered from a signal handler ----------------------------------------------
+def test_a_run_from_a_signal_handler_during_a_run_is_a_typed_error_and_state_stays_exact():
+    main, startup, cost = _sgd_mlp()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    initial = _state(main, scope)
+    exe.run(main, feed=FEED, fetch_list=[cost], scope=scope)
+    done = {"main": 1, "handler": 0, "refused": 0}
+    other: list = []
+
+    def handler(signum, frame):
+        try:
+            exe.run(main, feed=FEED, fetch_list=[cost], scope=scope)
+            done["handler"] += 1
+        except fj.ReentrantRunError as exc:
+            assert "call exe.run from the handler after the run returns" in str(exc)
+            done["refused"] += 1
+        except BaseException as exc:          # noqa: BLE001  (what the test looks for)
+            other.append(repr(exc))
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.0007, 0.0013)
+        deadline = time.monotonic() + 6
+        while done["main"] < 400 and time.monotonic() < deadline:
+            exe.run(main, feed=FEED, fetch_list=[cost], scope=scope)
+            done["main"] += 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not other, other[:5]
+    assert done["refused"] > 0 and done["handler"] > 0, done
+    # Every run that returned was applied once: the same number of plain runs gives the same state.
+    replay = fj.Scope()
+    for name, value in initial.items():
+        replay.var(name).get_tensor().set(value)
+    for _ in range(done["main"] + done["handler"]):
+        exe.run(main, feed=FEED, fetch_list=[cost], scope=replay)
+    after, expected = _state(main, scope), _state(main, replay)
+    for name in expected:
+        np.testing.assert_array_equal(after[name], expected[name], err_msg=name)
+
+
+def test_deferred_signal_delivery_survives_a_handler_that_runs():
+    """A handler delivered after the commit may itself run (the scope is free again)."""
+    main, startup, cost = _sgd_mlp()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    ran = []
+
+    def handler(signum, frame):
+        ran.append(exe.run(main, feed=FEED, fetch_list=[cost], scope=scope)[0])
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        from fluidjax.lowering.signals import deferred_signals
+        with deferred_signals():
+            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.01)
+            assert not ran
+        assert len(ran) == 2
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
