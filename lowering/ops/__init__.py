@@ -1,10 +1,12 @@
-"""Op definitions, one module per family; importing this package registers them all."""
+"""Op definitions, one module per family; importing this package registers them all.
 
-from . import (activation, conditional, conv, crf, extra, logic, loss, manipulation, math, nn,  # noqa: F401
-               norm, optimizer, random, recurrent, recurrent_lod, reduce, rnn, sequence, sequence_layout,
-               sequence_window, tensor, tensor_array, vision, while_loop)
-from . import extra_nn  # noqa: F401,E402
-from . import legacy  # noqa: F401,E402
-from . import lod_array  # noqa: F401,E402
-from . import beam_search  # noqa: F401,E402
+Each op is defined once, in the module of its family (the table is in ``docs/ops-layout.md``), by
+an ``@op`` decorator that spells its type on its JAX rule. Modules whose names start with an
+underscore hold what several families share and define no op.
+"""
+
+from . import (activation, beam_search, concat_split, conditional, conv, crf, detection,  # noqa: F401
+               gather_scatter, linalg, lod_array, logic, loss, math, nn, norm, optimizer, pooling, random,
+               recurrent, recurrent_lod, reduce, reshaping, resize, rnn, search, sequence, sequence_layout,
+               sequence_window, slicing, tensor, tensor_array, unary_math, while_loop)
 from . import averaging, optimizer_adaptive  # noqa: F401,E402  (Fluid 1.x's optimizers and ModelAverage)

@@ -61,3 +61,7 @@ def prod(dims: Sequence[int]) -> int:
 def dims_equal(a: int, b: int) -> bool:
     """Known dims must agree; UNK agrees with anything."""
     return a < 0 or b < 0 or a == b
+
+
+def _norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis

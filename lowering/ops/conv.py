@@ -1,20 +1,24 @@
-"""Convolutions and pooling over 2-D images (NCHW or NHWC), on ``lax.conv_general_dilated`` and
-``lax.reduce_window``.
+"""Convolutions, on ``lax.conv_general_dilated``: conv2d and depthwise_conv2d over 2-D images (NCHW
+or NHWC) and their transposes, conv3d and conv3d_transpose, deformable_conv(_v1), and
+unfold/fold (im2col and its transpose).
 
-Paddle's padding rules, shared by every op here: ``paddings`` holds 2 values (height, width; both
-sides alike) or 4 (top, bottom, left, right); ``padding_algorithm`` "SAME" pads so that the
-output is ceil(input / stride) (and ignores ``dilations``), "VALID" pads nothing, "EXPLICIT"
-uses ``paddings``.
+Paddle's padding rules, shared by every op here and by the pooling ops (``pooling.py``):
+``paddings`` holds 2 values (height, width; both sides alike) or 4 (top, bottom, left, right) —
+3 or 6 for the 3-D ops; ``padding_algorithm`` "SAME" pads so that the output is
+ceil(input / stride) (and ignores ``dilations``), "VALID" pads nothing, "EXPLICIT" uses
+``paddings``.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
+
 
 _CHANNEL_LAST = ("NHWC",)
 
@@ -209,6 +213,7 @@ def depthwise_conv2d(ctx):
     return _conv(ctx)
 
 
+# -- transposed convolution ------------------------------------------------------------------------
 def _transpose_geometry(x_shape, w_shape, attrs, last: bool):
     """(pads, dilations, output spatial dims, natural spatial dims) of a transposed convolution."""
     strides = _pairs(attrs["strides"], "strides")
@@ -254,11 +259,13 @@ def _conv_transpose_shape(ctx: InferShapeContext) -> None:
                    x.dtype, x.lod_level)
 
 
-@op("conv2d_transpose", inputs="Input Filter", outputs="Output",
-    attrs={"strides": Attr("ints", [1, 1]), "paddings": Attr("ints", [0, 0]),
-           "output_padding": Attr("ints", []), "output_size": Attr("ints", []),
-           "padding_algorithm": "EXPLICIT", "groups": 1, "dilations": Attr("ints", [1, 1]),
-           "data_format": "NCHW"},
+_CONV_TRANSPOSE_ATTRS = {"strides": Attr("ints", [1, 1]), "paddings": Attr("ints", [0, 0]),
+                         "output_padding": Attr("ints", []), "output_size": Attr("ints", []),
+                         "padding_algorithm": "EXPLICIT", "groups": 1, "dilations": Attr("ints", [1, 1]),
+                         "data_format": "NCHW"}
+
+
+@op("conv2d_transpose", inputs="Input Filter", outputs="Output", attrs=_CONV_TRANSPOSE_ATTRS,
     infer_shape=_conv_transpose_shape)
 def conv2d_transpose(ctx):
     """The transpose (gradient) of conv2d: Filter is [in_c, out_c / groups, kh, kw]; the output is
@@ -284,133 +291,323 @@ def conv2d_transpose(ctx):
     return {"Output": y}
 
 
-# -- pooling ---------------------------------------------------------------------------------------------
-def _pool_geometry(in_hw, attrs):
-    """(ksize, strides, [(top, bottom), (left, right)], output spatial dims) of a pool2d."""
-    ksize = _pairs(attrs["ksize"], "ksize")
-    strides = _pairs(attrs["strides"], "strides")
-    paddings = attrs["paddings"]
-    if attrs.get("global_pooling"):
-        ksize = list(in_hw)
-        paddings = [0, 0]
-    if attrs.get("adaptive"):
-        return ksize, strides, [(0, 0), (0, 0)], list(ksize)
-    pads, _ = _resolve_padding(paddings, attrs.get("padding_algorithm") or "EXPLICIT", in_hw, ksize, strides,
-                               [1, 1])
-    if attrs.get("global_pooling"):
-        pads = [(0, 0), (0, 0)]
+@op("depthwise_conv2d_transpose", inputs="Input Filter", outputs="Output", attrs=_CONV_TRANSPOSE_ATTRS,
+    infer_shape=_conv_transpose_shape)
+def depthwise_conv2d_transpose(ctx):
+    """The transpose (gradient) of conv2d: Filter is [in_c, out_c / groups, kh, kw]; the output is
+    (in - 1)·stride - pad_top - pad_bottom + dilation·(k - 1) + 1, or ``output_size``, or that
+    plus ``output_padding`` (extra rows/columns at the bottom/right)."""
+    return conv2d_transpose(ctx)
+
+
+# -- conv3d / conv3d_transpose ---------------------------------------------------------------------
+def _triple(values, name: str, n: int = 3) -> list[int]:
+    values = [int(v) for v in values]
+    if len(values) == 1:
+        values = values * n
+    if len(values) != n:
+        raise ValueError(f"{name} needs {n} values, got {values}")
+    return values
+
+
+def _nd_padding(paddings, algorithm: str, in_sizes, ksize, strides, dilations):
+    """Paddle's UpdatePaddingAndDilation for n spatial dims (:func:`_resolve_padding`'s rule)."""
+    return _resolve_padding(paddings, algorithm, in_sizes, ksize, strides, dilations)
+
+
+def _layout3d(fmt: str) -> bool:
+    """Whether a 3-D data_format is channel-last."""
+    return fmt == "NDHWC"
+
+
+def _spatial3d(shape, last: bool):
+    return tuple(shape[1:4]) if last else tuple(shape[2:5])
+
+
+def _image3d(n, c, dhw, last: bool):
+    return (n, *dhw, c) if last else (n, c, *dhw)
+
+
+def _check_3d_attrs(ctx: InferShapeContext) -> None:
+    algo = ctx.attr("padding_algorithm")
+    ctx.check(algo in ("EXPLICIT", "SAME", "VALID"),
+              f"padding_algorithm must be 'EXPLICIT', 'SAME' or 'VALID', got {algo!r}")
+    fmt = ctx.attr("data_format")
+    ctx.check(fmt in ("NCDHW", "NDHWC", "AnyLayout"), f"data_format must be 'NCDHW' or 'NDHWC', got {fmt!r}")
+    ctx.check(len(ctx.attr("paddings")) in (3, 6), f"paddings needs 3 or 6 values, got {ctx.attr('paddings')}")
+
+
+def _conv3d_geometry(x_shape, w_shape, attrs):
+    last = _layout3d(attrs["data_format"])
+    strides = _triple(attrs["strides"], "strides")
+    pads, dil = _nd_padding(attrs["paddings"], attrs["padding_algorithm"], _spatial3d(x_shape, last),
+                            w_shape[2:], strides, _triple(attrs["dilations"], "dilations"))
+    return last, strides, pads, dil
+
+
+def _conv3d_shape(ctx: InferShapeContext) -> None:
+    x, w = ctx.input("Input"), ctx.input("Filter")
+    _check_3d_attrs(ctx)
+    ctx.check(x.ndim == 5, f"Input must be 5-D ({ctx.attr('data_format')}), got {x.shape}")
+    ctx.check(w.ndim == 5, f"Filter must be 5-D [out_c, in_c / groups, kd, kh, kw], got {w.shape}")
+    ctx.check(x.dtype == w.dtype, f"Input is {x.dtype} but Filter is {w.dtype}")
+    groups = ctx.attr("groups") or 1
+    last, strides, pads, dil = _conv3d_geometry(x.shape, w.shape, {k: ctx.attr(k) for k in _CONV3D_ATTRS})
+    c = x.shape[4] if last else x.shape[1]
+    ctx.check(c < 0 or w.shape[1] < 0 or c == w.shape[1] * groups,
+              f"Input has {c} channels but Filter {w.shape} expects {w.shape[1]} × groups={groups}")
     out = []
-    for size, k, s, p in zip(in_hw, ksize, strides, pads):
-        if size < 0 or k < 0 or p[0] < 0:
-            out.append(-1)
-        elif attrs.get("ceil_mode"):
-            out.append((size + p[0] + p[1] - k + s - 1) // s + 1)
-        else:
-            out.append((size + p[0] + p[1] - k) // s + 1)
-    return ksize, strides, pads, out
+    for size, k, s, d, p in zip(_spatial3d(x.shape, last), w.shape[2:], strides, dil, pads):
+        out.append(-1 if size < 0 or p[0] < 0 else (size + p[0] + p[1] - (d * (k - 1) + 1)) // s + 1)
+    ctx.check(all(d > 0 or d == -1 for d in out), f"the output would be empty ({out})")
+    ctx.set_output("Output", _image3d(x.shape[0], w.shape[0], out, last), x.dtype, 0)
 
 
-_POOL_ATTR_NAMES = ("ksize", "strides", "paddings", "ceil_mode", "exclusive", "global_pooling", "adaptive",
-                    "padding_algorithm")
+_CONV3D_ATTRS = {"strides": Attr("ints", [1, 1, 1]), "paddings": Attr("ints", [0, 0, 0]),
+                 "padding_algorithm": "EXPLICIT", "groups": 1, "dilations": Attr("ints", [1, 1, 1]),
+                 "data_format": "NCDHW"}
 
 
-def _pool_shape(ctx: InferShapeContext) -> None:
+@op("conv3d", inputs="Input Filter", outputs="Output", attrs=_CONV3D_ATTRS, infer_shape=_conv3d_shape)
+def conv3d(ctx):
+    """3-D convolution (cross-correlation) of Input [N, C, D, H, W] (or NDHWC) with Filter
+    [out_c, in_c / groups, kd, kh, kw]; ``paddings`` holds 3 values or 6 (before/after per dim)."""
+    x, w = ctx.input("Input"), ctx.input("Filter")
+    last, strides, pads, dil = _conv3d_geometry(x.shape, w.shape, {k: ctx.attr(k) for k in _CONV3D_ATTRS})
+    dims = ("NDHWC", "OIDHW", "NDHWC") if last else ("NCDHW", "OIDHW", "NCDHW")
+    out = lax.conv_general_dilated(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
+                                   dimension_numbers=dims, feature_group_count=ctx.attr("groups") or 1)
+    return {"Output": out}
+
+
+def _conv3d_transpose_geometry(x_shape, w_shape, attrs):
+    last = _layout3d(attrs["data_format"])
+    strides = _triple(attrs["strides"], "strides")
+    in_sizes = _spatial3d(x_shape, last)
+    ksize = w_shape[2:]
+    pads, dil = _nd_padding(attrs["paddings"], attrs["padding_algorithm"], in_sizes, ksize, strides,
+                            _triple(attrs["dilations"], "dilations"))
+    natural = [-1 if n < 0 or p[0] < 0 else (n - 1) * s - p[0] - p[1] + d * (k - 1) + 1
+               for n, k, s, d, p in zip(in_sizes, ksize, strides, dil, pads)]
+    if attrs.get("output_size"):
+        out = _triple(attrs["output_size"], "output_size")
+    elif attrs.get("output_padding"):
+        out = [n + e if n >= 0 else -1 for n, e in zip(natural, _triple(attrs["output_padding"], "output_padding"))]
+    else:
+        out = natural
+    return last, strides, pads, dil, out, natural
+
+
+_CONV3DT_ATTRS = {"strides": Attr("ints", [1, 1, 1]), "paddings": Attr("ints", [0, 0, 0]),
+                  "output_padding": Attr("ints", []), "output_size": Attr("ints", []), "padding_algorithm": "EXPLICIT",
+                  "groups": 1, "dilations": Attr("ints", [1, 1, 1]), "data_format": "NCDHW"}
+
+
+def _conv3d_transpose_shape(ctx: InferShapeContext) -> None:
+    x, w = ctx.input("Input"), ctx.input("Filter")
+    ctx.check(x.ndim == 5 and w.ndim == 5, f"Input and Filter must be 5-D, got {x.shape} and {w.shape}")
+    ctx.check(x.dtype == w.dtype, f"Input is {x.dtype} but Filter is {w.dtype}")
+    groups = ctx.attr("groups") or 1
+    last, strides, _, _, out, natural = _conv3d_transpose_geometry(x.shape, w.shape,
+                                                                   {k: ctx.attr(k) for k in _CONV3DT_ATTRS})
+    c = x.shape[4] if last else x.shape[1]
+    ctx.check(c < 0 or w.shape[0] < 0 or c == w.shape[0], f"Input has {c} channels but Filter {w.shape} expects "
+                                                          f"{w.shape[0]}")
+    for o, n, s in zip(out, natural, strides):
+        if o >= 0 and n >= 0:
+            ctx.check(n <= o < n + s, f"output size {out} must lie in [{natural}, {natural} + strides {strides})")
+    oc = w.shape[1] * groups if w.shape[1] >= 0 else -1
+    ctx.set_output("Output", (x.shape[0], *out, oc) if last else (x.shape[0], oc, *out), x.dtype, 0)
+
+
+@op("conv3d_transpose", inputs="Input Filter", outputs="Output", attrs=_CONV3DT_ATTRS,
+    infer_shape=_conv3d_transpose_shape)
+def conv3d_transpose(ctx):
+    """The transpose of conv3d: Filter is [in_c, out_c / groups, kd, kh, kw]; the output is
+    (in - 1)·stride - pads + dilation·(k - 1) + 1 per dim, or ``output_size``, or that plus
+    ``output_padding``."""
+    x, w = ctx.input("Input"), ctx.input("Filter")
+    groups = ctx.attr("groups") or 1
+    last, strides, pads, dil, out, _ = _conv3d_transpose_geometry(x.shape, w.shape,
+                                                                  {k: ctx.attr(k) for k in _CONV3DT_ATTRS})
+    c_in, c_out_g = w.shape[:2]
+    ks = w.shape[2:]
+    kernel = w.reshape(groups, c_in // groups, c_out_g, *ks).transpose(0, 2, 1, 3, 4, 5)
+    kernel = kernel.reshape(groups * c_out_g, c_in // groups, *ks)[:, :, ::-1, ::-1, ::-1]
+    spatial = x.shape[1:4] if last else x.shape[2:]
+    padding = []
+    for size, k, s, d, p, o in zip(spatial, ks, strides, dil, pads, out):
+        lo = d * (k - 1) - p[0]
+        padding.append((lo, o - 1 - (size - 1) * s - lo + d * (k - 1)))
+    dims = ("NDHWC", "OIDHW", "NDHWC") if last else ("NCDHW", "OIDHW", "NCDHW")
+    y = lax.conv_general_dilated(x, kernel, window_strides=(1, 1, 1), padding=padding, lhs_dilation=strides,
+                                 rhs_dilation=dil, dimension_numbers=dims, feature_group_count=groups)
+    return {"Output": y}
+
+
+# -- deformable convolution --------------------------------------------------------------------------
+def _deform_geometry(ctx, x_shape, w_shape):
+    strides = [int(v) for v in ctx.attr("strides")]
+    paddings = [int(v) for v in ctx.attr("paddings")]
+    dilations = [int(v) for v in ctx.attr("dilations")]
+    out = [-1 if n < 0 else (n + 2 * p - (d * (k - 1) + 1)) // s + 1
+           for n, k, s, p, d in zip(x_shape[2:], w_shape[2:], strides, paddings, dilations)]
+    return strides, paddings, dilations, out
+
+
+def _deform_shape(ctx: InferShapeContext) -> None:
+    x, offset, w = ctx.input("Input"), ctx.input("Offset"), ctx.input("Filter")
+    ctx.check(x.ndim == 4 and w.ndim == 4 and offset.ndim == 4,
+              f"Input, Offset and Filter must be 4-D, got {x.shape}, {offset.shape}, {w.shape}")
+    ctx.check(len(ctx.attr("strides")) == 2 and len(ctx.attr("paddings")) == 2 and len(ctx.attr("dilations")) == 2,
+              "strides, paddings and dilations need 2 values each")
+    groups, dg = ctx.attr("groups") or 1, ctx.attr("deformable_groups") or 1
+    k = w.shape[2] * w.shape[3] if min(w.shape[2:]) >= 0 else -1
+    ctx.check(offset.shape[1] < 0 or k < 0 or offset.shape[1] == 2 * dg * k,
+              f"Offset has {offset.shape[1]} channels; 2 × deformable_groups {dg} × kernel {k} = {2 * dg * k} expected")
+    ctx.check(x.shape[1] < 0 or w.shape[1] < 0 or x.shape[1] == w.shape[1] * groups,
+              f"Input has {x.shape[1]} channels but Filter {w.shape} expects {w.shape[1]} × groups={groups}")
+    _, _, _, out = _deform_geometry(ctx, x.shape, w.shape)
+    ctx.check(all(o > 0 or o == -1 for o in out), f"the output would be empty ({out})")
+    ctx.set_output("Output", (x.shape[0], w.shape[0], *out), x.dtype, 0)
+
+
+def _deformable_conv(ctx, mask):
+    """Deformable convolution (v2 with ``mask``, v1 without), Paddle's sampling rules."""
+    x, offset, w = ctx.input("Input"), ctx.input("Offset"), ctx.input("Filter")
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    groups, dg = int(ctx.attr("groups") or 1), int(ctx.attr("deformable_groups") or 1)
+    (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _deform_geometry(ctx, x.shape, w.shape)
+    k = kh * kw
+    off = offset.reshape(n, dg, k, 2, oh, ow).astype(x.dtype)
+    ki, kj = np.divmod(np.arange(k), kw)
+    base_h = (np.arange(oh)[None, :, None] * sh - ph + ki[:, None, None] * dh).astype(np.float64)   # [K, Ho, 1]
+    base_w = (np.arange(ow)[None, None, :] * sw - pw + kj[:, None, None] * dw).astype(np.float64)   # [K, 1, Wo]
+    ys = jnp.asarray(base_h, x.dtype)[None, None] + off[:, :, :, 0]                                  # [N, dg, K, Ho, Wo]
+    xs = jnp.asarray(base_w, x.dtype)[None, None] + off[:, :, :, 1]
+    inside = (ys > -1) & (xs > -1) & (ys < h) & (xs < wd)
+    y0, x0 = jnp.floor(ys), jnp.floor(xs)
+    ly, lx = ys - y0, xs - x0
+    y0, x0 = y0.astype(jnp.int32), x0.astype(jnp.int32)
+    planes = x.reshape(n, dg, c // dg, h * wd)
+    cols = 0
+    for dy, dx, weight in ((0, 0, (1 - ly) * (1 - lx)), (0, 1, (1 - ly) * lx), (1, 0, ly * (1 - lx)), (1, 1, ly * lx)):
+        yy, xx = y0 + dy, x0 + dx
+        ok = inside & (yy >= 0) & (yy <= h - 1) & (xx >= 0) & (xx <= wd - 1)
+        flat = (jnp.clip(yy, 0, h - 1) * wd + jnp.clip(xx, 0, wd - 1)).reshape(n, dg, 1, -1)
+        vals = jnp.take_along_axis(planes, jnp.broadcast_to(flat, (n, dg, c // dg, flat.shape[-1])), axis=3)
+        cols = cols + vals * jnp.where(ok, weight, 0).reshape(n, dg, 1, -1)
+    cols = cols.reshape(n, dg, c // dg, k, oh, ow)
+    if mask is not None:
+        cols = cols * mask.reshape(n, dg, 1, k, oh, ow).astype(x.dtype)
+    cols = cols.reshape(n, groups, c // groups, k, oh, ow)
+    kernel = w.reshape(groups, o // groups, c // groups, k)
+    out = jnp.einsum("ngckhw,gock->ngohw", cols, kernel)
+    return {"Output": out.reshape(n, o, oh, ow)}
+
+
+_DEFORM_ATTRS = {"strides": Attr("ints", [1, 1]), "paddings": Attr("ints", [0, 0]), "dilations": Attr("ints", [1, 1]),
+                 "deformable_groups": 1, "groups": 1, "im2col_step": 64}
+
+
+@op("deformable_conv", inputs="Input Offset Filter Mask", outputs="Output", attrs=_DEFORM_ATTRS,
+    infer_shape=_deform_shape)
+def deformable_conv(ctx):
+    """Deformable convolution v2 (``paddle.vision.ops.deform_conv2d`` with a mask): each kernel tap
+    samples Input bilinearly at its grid position plus a learned Offset [N, 2·dg·kh·kw, Ho, Wo]
+    (dy, dx per tap; zero outside the image), scaled by Mask [N, dg·kh·kw, Ho, Wo]; the channels
+    split into ``deformable_groups`` that share offsets, and into ``groups`` for the filter."""
+    return _deformable_conv(ctx, ctx.input("Mask"))
+
+
+@op("deformable_conv_v1", inputs="Input Offset Filter", outputs="Output", attrs=_DEFORM_ATTRS,
+    infer_shape=_deform_shape)
+def deformable_conv_v1(ctx):
+    """Deformable convolution v1: deformable_conv without the modulation mask."""
+    return _deformable_conv(ctx, None)
+
+
+# -- unfold / fold (im2col, col2im) ----------------------------------------------------------------
+def _unfold_geometry(ctx, spatial):
+    k = [int(v) for v in ctx.attr("kernel_sizes")]
+    s = [int(v) for v in ctx.attr("strides")]
+    d = [int(v) for v in ctx.attr("dilations")]
+    p = [int(v) for v in ctx.attr("paddings")]
+    if len(p) == 2:
+        p = [p[0], p[1], p[0], p[1]]
+    pads = [(p[0], p[2]), (p[1], p[3])]            # [top, left, bottom, right]
+    out = [-1 if n < 0 else (n + lo + hi - (dd * (kk - 1) + 1)) // ss + 1
+           for n, kk, ss, dd, (lo, hi) in zip(spatial, k, s, d, pads)]
+    return k, s, d, pads, out
+
+
+def _unfold_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
-    _check_algorithm(ctx)
-    ctx.check(ctx.attr("pooling_type") in ("max", "avg"),
-              f"pooling_type must be 'max' or 'avg', got {ctx.attr('pooling_type')!r}")
-    last = _channel_last(ctx.attr("data_format"))
-    ctx.check(x.ndim == 4, f"X must be 4-D ({ctx.attr('data_format')}), got {x.shape}")
-    ctx.check(len(ctx.attr("ksize")) in (1, 2), f"ksize needs 2 values, got {ctx.attr('ksize')}")
-    _, _, _, out = _pool_geometry(_spatial(x.shape, last), {k: ctx.attr(k) for k in _POOL_ATTR_NAMES})
-    ctx.check(all(d > 0 or d == -1 for d in out),
-              f"the output would be empty ({out}): the window is larger than the padded input")
-    ctx.set_output("Out", _image_shape(x.shape[0], _channels(x.shape, last), out, last), x.dtype, x.lod_level)
+    ctx.check(x.ndim == 4, f"X must be 4-D [N, C, H, W], got {x.shape}")
+    k, _, _, _, out = _unfold_geometry(ctx, x.shape[2:])
+    ctx.check(all(o > 0 or o == -1 for o in out), f"the sliding blocks would be empty ({out})")
+    blocks = out[0] * out[1] if min(out) >= 0 else -1
+    ctx.set_output("Y", (x.shape[0], x.shape[1] * k[0] * k[1] if x.shape[1] >= 0 else -1, blocks), x.dtype, 0)
 
 
-def _adaptive_bins(size: int, out: int) -> np.ndarray:
-    """[out, size] membership of Paddle's adaptive bins: [floor(i·size/out), ceil((i+1)·size/out))."""
-    i = np.arange(out)
-    start = (i * size) // out
-    end = -((-(i + 1) * size) // out)
-    j = np.arange(size)
-    return (j[None, :] >= start[:, None]) & (j[None, :] < end[:, None])
-
-
-def _adaptive_pool(x, axes, out_sizes, kind: str):
-    for axis, n_out in zip(axes, out_sizes):
-        member = _adaptive_bins(x.shape[axis], n_out)            # [out, in]
-        moved = jnp.moveaxis(x, axis, -1)                         # [..., in]
-        if kind == "max":
-            masked = jnp.where(jnp.asarray(member), moved[..., None, :], jnp.asarray(-jnp.inf, x.dtype))
-            reduced = jnp.max(masked, axis=-1)
-        else:
-            weights = member / member.sum(axis=1, keepdims=True)
-            reduced = moved @ jnp.asarray(weights.T, x.dtype)
-        x = jnp.moveaxis(reduced, -1, axis)
-    return x
-
-
-def _window_counts(size: int, k: int, s: int, pad, out: int, exclusive: bool) -> np.ndarray:
-    """Divisors of average pooling along one axis: the window's real elements (``exclusive``), or
-    its part inside [-pad_before, size + pad_before): Paddle counts padding but not a ceil_mode
-    overhang, and clips the end with the *leading* pad even when the paddings are asymmetric."""
-    start = np.arange(out) * s - pad[0]
-    end = np.minimum(start + k, size + pad[0])
-    if exclusive:
-        return np.maximum(np.minimum(end, size) - np.maximum(start, 0), 1)
-    return end - start
-
-
-@op("pool2d", inputs="X", outputs="Out",
-    attrs={"ksize": Attr("ints", [1, 1]), "strides": Attr("ints", [1, 1]), "paddings": Attr("ints", [0, 0]),
-           "ceil_mode": False, "exclusive": True, "data_format": "NCHW", "pooling_type": "max",
-           "global_pooling": False, "adaptive": False, "padding_algorithm": "EXPLICIT", "use_cudnn": False},
-    infer_shape=_pool_shape)
-def pool2d(ctx):
-    """Max or average pooling over ``ksize`` windows.
-
-    ``global_pooling`` pools each whole map; ``adaptive`` makes ``ksize`` the output size (bin i
-    covers [floor(i·in/out), ceil((i+1)·in/out))); ``ceil_mode`` rounds the output size up; an
-    ``exclusive`` average divides by the number of real (unpadded) elements, otherwise by the
-    window area.
-    """
+@op("unfold", inputs="X", outputs="Y",
+    attrs={"kernel_sizes": Attr("ints", []), "strides": Attr("ints", [1, 1]), "paddings": Attr("ints", [0, 0, 0, 0]),
+           "dilations": Attr("ints", [1, 1])},
+    infer_shape=_unfold_shape)
+def unfold(ctx):
+    """im2col: the sliding kernel_sizes blocks of X as columns, [N, C·kh·kw, blocks] (channel-major,
+    then kernel row, then column); ``paddings`` is [top, left, bottom, right] (or [h, w])."""
     x = ctx.input("X")
-    last = _channel_last(ctx.attr("data_format"))
-    kind = ctx.attr("pooling_type")
-    axes = (1, 2) if last else (2, 3)
-    in_hw = _spatial(x.shape, last)
-    ksize, strides, pads, out = _pool_geometry(in_hw, {k: ctx.attr(k) for k in _POOL_ATTR_NAMES})
-    if ctx.attr("adaptive"):
-        return {"Out": _adaptive_pool(x, axes, out, kind)}
-    if ctx.attr("global_pooling") and kind == "avg":
-        # The mean as a matrix product: as a reduction, XLA's CPU layout assignment may give the
-        # convolution before it a layout its fast kernel does not take (ResNet-18 at batch 1:
-        # 68 ms against 41 ms with the product; docs/inference.md).
-        return {"Out": _adaptive_pool(x, axes, [1, 1], "avg")}
-    return {"Out": pool_windows(x, axes, in_hw, ksize, strides, pads, out, kind, ctx.attr("exclusive"))}
+    k, s, d, pads, out = _unfold_geometry(ctx, x.shape[2:])
+    patches = lax.conv_general_dilated_patches(x, filter_shape=k, window_strides=s, padding=pads, rhs_dilation=d,
+                                               dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return {"Y": patches.reshape(x.shape[0], patches.shape[1], -1)}
 
 
-def pool_windows(x, axes, in_sizes, ksize, strides, pads, out, kind: str, exclusive: bool):
-    """Max or average pooling of ``x`` over ``axes`` (any number of spatial dims): windows start
-    at i·s - pad_before, and the far side is padded to fit ``out`` windows (or the rows no window
-    reaches are cut off: negative padding would not differentiate)."""
-    rank = x.ndim
-    window, stride, padding = [1] * rank, [1] * rank, [(0, 0)] * rank
-    for axis, size, k, s, p, o in zip(axes, in_sizes, ksize, strides, pads, out):
-        window[axis], stride[axis] = k, s
-        high = (o - 1) * s + k - size - p[0]
-        if high < 0:
-            x = lax.slice_in_dim(x, 0, size + high, axis=axis)
-            high = 0
-        padding[axis] = (p[0], high)
-    if kind == "max":
-        # NumPy scalars as init values let JAX pick its differentiable max/sum window reductions.
-        return lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, stride, padding)
-    total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, stride, padding)
-    count = np.ones((), np.float64)
-    for axis, size, k, s, p, o in zip(axes, in_sizes, ksize, strides, pads, out):
-        shape = [1] * rank
-        shape[axis] = o
-        count = count * _window_counts(size, k, s, p, o, exclusive).reshape(shape)
-    return total / jnp.asarray(count, x.dtype)
+def _fold_geometry(ctx):
+    out_hw = [int(v) for v in ctx.attr("output_sizes")]
+    k = [int(v) for v in ctx.attr("kernel_sizes")]
+    s = [int(v) for v in ctx.attr("strides")]
+    d = [int(v) for v in ctx.attr("dilations")]
+    p = [int(v) for v in ctx.attr("paddings")]
+    # paddings is [top, left, bottom, right], but Paddle's fold only runs with bottom = top and
+    # right = left (its shape rule pads 2·top and 2·left): both sides take paddings[0] / [1].
+    pads = [(p[0], p[0]), (p[1], p[1])]
+    blocks = [(n + lo + hi - (dd * (kk - 1) + 1)) // ss + 1 for n, kk, ss, dd, (lo, hi) in zip(out_hw, k, s, d, pads)]
+    return out_hw, k, s, d, pads, blocks
+
+
+def _fold_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.check(x.ndim == 3, f"X must be 3-D [N, C·kh·kw, blocks], got {x.shape}")
+    out_hw, k, _, _, _, blocks = _fold_geometry(ctx)
+    ctx.check(min(blocks) > 0, f"output_sizes {out_hw} give no sliding blocks")
+    ctx.check(x.shape[1] < 0 or x.shape[1] % (k[0] * k[1]) == 0,
+              f"X's {x.shape[1]} rows are not a multiple of the kernel's {k[0] * k[1]} positions")
+    ctx.check(x.shape[2] < 0 or x.shape[2] == blocks[0] * blocks[1],
+              f"X has {x.shape[2]} blocks but output_sizes {out_hw} give {blocks[0] * blocks[1]}")
+    c = x.shape[1] // (k[0] * k[1]) if x.shape[1] >= 0 else -1
+    ctx.set_output("Y", (x.shape[0], c, *out_hw), x.dtype, 0)
+
+
+@op("fold", inputs="X", outputs="Y",
+    attrs={"output_sizes": Attr("ints", []), "kernel_sizes": Attr("ints", []), "strides": Attr("ints", [1, 1]),
+           "paddings": Attr("ints", [0, 0, 0, 0]), "dilations": Attr("ints", [1, 1])},
+    infer_shape=_fold_shape)
+def fold(ctx):
+    """col2im, the transpose of unfold: the columns [N, C·kh·kw, blocks] summed back into an image
+    of ``output_sizes`` (overlapping positions add up); ``paddings[0]``/``[1]`` pad the height and
+    width on both sides, as Paddle's kernel does."""
+    x = ctx.input("X")
+    out_hw, k, s, d, pads, blocks = _fold_geometry(ctx)
+    n, ckk, _ = x.shape
+    c = ckk // (k[0] * k[1])
+
+    def unfold_image(img):
+        patches = lax.conv_general_dilated_patches(img, filter_shape=k, window_strides=s, padding=pads,
+                                                   rhs_dilation=d, dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return patches.reshape(n, ckk, -1)
+
+    (image,) = jax.linear_transpose(unfold_image, jax.ShapeDtypeStruct((n, c, *out_hw), x.dtype))(x)
+    return {"Y": image}

@@ -1,5 +1,6 @@
 """Losses and metrics: softmax_with_cross_entropy, cross_entropy2, huber_loss,
-sigmoid_cross_entropy_with_logits, accuracy."""
+sigmoid_cross_entropy_with_logits, accuracy, and label_smooth (the labels a loss compares
+with, smoothed)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from ...ir.registry import op
-from ...ir.shape import InferShapeContext
+from ...ir.shape import InferShapeContext, same_as
 from ..checks import IndexInput, index_inputs
 from ._shapes import dims_equal
 
@@ -193,3 +194,14 @@ def accuracy(ctx):
     total = jnp.asarray(idx.shape[0], jnp.int32)
     acc = correct.astype(jnp.float32) / jnp.maximum(total, 1).astype(jnp.float32)
     return {"Accuracy": acc, "Correct": correct, "Total": total}
+
+
+# -- label_smooth -----------------------------------------------------------------------------------
+@op("label_smooth", inputs="X PriorDist?", outputs="Out", attrs={"epsilon": 0.0}, infer_shape=same_as("X"),
+    no_grad_inputs=["PriorDist"])
+def label_smooth(ctx):
+    """(1 - epsilon) · X + epsilon · PriorDist (or epsilon / classes, classes being X's last dim)."""
+    x, prior = ctx.input("X"), ctx.input("PriorDist")
+    eps = jnp.asarray(ctx.attr("epsilon"), x.dtype)
+    other = prior.reshape(-1).astype(x.dtype) if prior is not None else 1.0 / x.shape[-1]
+    return {"Out": (1 - eps) * x + eps * other}

@@ -1,7 +1,9 @@
-"""Elementwise arithmetic with Paddle's ``axis`` broadcasting, ``scale``, ``sum`` and ``mean``.
+"""Elementwise arithmetic of two tensors with Paddle's ``axis`` broadcasting (``elementwise_*``),
+``elementwise_heaviside`` and ``atan2`` (NumPy broadcasting), ``scale``, ``sum`` and ``mean``.
 
-The unary activations (relu, sigmoid, tanh, square, …) live in ``activation.py``; comparisons
-reuse :func:`align_y` and :func:`elementwise_shape` from here (``logic.py``).
+Elementwise math of one tensor (exp, log, abs, pow, clip, …) lives in ``unary_math.py``, the
+activations in ``activation.py``; comparisons and bitwise ops (``logic.py``) reuse
+:func:`align_y`, :func:`broadcast_shape` and the NumPy-broadcasting shape rule from here.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ def align_y(x, y, axis: int):
     return y.reshape((1,) * axis + shape + (1,) * (x.ndim - axis - len(shape)))
 
 
-
 def broadcast_shape(ctx: InferShapeContext) -> tuple[int, ...]:
     """Check X and Y of a binary op (shapes broadcast with ``axis``, same dtype); their result shape."""
     x, y = ctx.input("X"), ctx.input("Y")
@@ -52,15 +53,10 @@ def elementwise_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Out", broadcast_shape(ctx), x.dtype, x.lod_level)
 
 
-
-def _elementwise(name: str, fn, doc: str, grad: str | None = "auto"):
-    def rule(ctx):
-        x, y = ctx.input("X"), ctx.input("Y")
-        return {"Out": fn(x, align_y(x, y, ctx.attr("axis")))}
-
-    rule.__doc__ = doc
-    rule.__name__ = name
-    op(name, inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape, grad=grad)(rule)
+def _elementwise(ctx, fn):
+    """Out = fn(X, Y), Y aligned to X by Paddle's ``axis`` rule."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    return {"Out": fn(x, align_y(x, y, ctx.attr("axis")))}
 
 
 def _maximum(x, y):
@@ -79,21 +75,105 @@ def _floordiv(x, y):
     return jnp.floor(x / y)
 
 
-_elementwise("elementwise_add", jnp.add, "Out = X + Y, with Paddle's axis broadcasting.")
-_elementwise("elementwise_sub", jnp.subtract, "Out = X - Y, with Paddle's axis broadcasting.")
-_elementwise("elementwise_mul", jnp.multiply, "Out = X * Y, with Paddle's axis broadcasting.")
-_elementwise("elementwise_div", jnp.divide, "Out = X / Y, with Paddle's axis broadcasting.")
-_elementwise("elementwise_max", _maximum,
-             "Out = max(X, Y) (X where X > Y, else Y); the gradient goes to Y on ties, as in Paddle.")
-_elementwise("elementwise_min", _minimum,
-             "Out = min(X, Y) (X where X < Y, else Y); the gradient goes to Y on ties, as in Paddle.")
-_elementwise("elementwise_pow", jnp.power, "Out = X ** Y, with Paddle's axis broadcasting.")
+@op("elementwise_add", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape)
+def elementwise_add(ctx):
+    """Out = X + Y, with Paddle's axis broadcasting."""
+    return _elementwise(ctx, jnp.add)
+
+
+@op("elementwise_sub", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape)
+def elementwise_sub(ctx):
+    """Out = X - Y, with Paddle's axis broadcasting."""
+    return _elementwise(ctx, jnp.subtract)
+
+
+@op("elementwise_mul", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape)
+def elementwise_mul(ctx):
+    """Out = X * Y, with Paddle's axis broadcasting."""
+    return _elementwise(ctx, jnp.multiply)
+
+
+@op("elementwise_div", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape)
+def elementwise_div(ctx):
+    """Out = X / Y, with Paddle's axis broadcasting."""
+    return _elementwise(ctx, jnp.divide)
+
+
+@op("elementwise_max", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape)
+def elementwise_max(ctx):
+    """Out = max(X, Y) (X where X > Y, else Y); the gradient goes to Y on ties, as in Paddle."""
+    return _elementwise(ctx, _maximum)
+
+
+@op("elementwise_min", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape)
+def elementwise_min(ctx):
+    """Out = min(X, Y) (X where X < Y, else Y); the gradient goes to Y on ties, as in Paddle."""
+    return _elementwise(ctx, _minimum)
+
+
+@op("elementwise_pow", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape)
+def elementwise_pow(ctx):
+    """Out = X ** Y, with Paddle's axis broadcasting."""
+    return _elementwise(ctx, jnp.power)
+
+
 # Paddle 2.6 defines no gradient for mod and floordiv: backward stops there, here too.
-_elementwise("elementwise_mod", jnp.mod,
-             "Out = X mod Y with the sign of Y (Python's %), integer or float. No gradient.", grad=None)
-_elementwise("elementwise_floordiv", _floordiv, "Out = floor(X / Y) (Python's //). No gradient.", grad=None)
+@op("elementwise_mod", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape, grad=None)
+def elementwise_mod(ctx):
+    """Out = X mod Y with the sign of Y (Python's %), integer or float. No gradient."""
+    return _elementwise(ctx, jnp.mod)
 
 
+@op("elementwise_floordiv", inputs="X Y", outputs="Out", attrs={"axis": -1}, infer_shape=elementwise_shape,
+    grad=None)
+def elementwise_floordiv(ctx):
+    """Out = floor(X / Y) (Python's //). No gradient."""
+    return _elementwise(ctx, _floordiv)
+
+
+# -- NumPy broadcasting: heaviside, atan2 ----------------------------------------------------------
+def _numpy_broadcast_shape(ctx: InferShapeContext, same_dtype: bool = True):
+    x, y = ctx.input("X"), ctx.input("Y")
+    out = paddle_broadcast(x.shape, y.shape, -1)
+    ctx.check(out is not None, f"X {x.shape} and Y {y.shape} do not broadcast")
+    if same_dtype:
+        ctx.check(x.dtype == y.dtype, f"X is {x.dtype} but Y is {y.dtype}; cast one of them first")
+    return out
+
+
+def _binary_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.set_output("Out", _numpy_broadcast_shape(ctx), x.dtype, x.lod_level)
+
+
+@op("elementwise_heaviside", inputs="X Y", outputs="Out", infer_shape=_binary_shape)
+def elementwise_heaviside(ctx):
+    """Heaviside step of X: 0 where X < 0, 1 where X > 0 and Y where X == 0 (NumPy broadcasting).
+
+    The gradient is 0 for X and Out@GRAD where X == 0 for Y, as in Paddle."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    return {"Out": jnp.where(x == 0, y, (x > 0).astype(x.dtype))}
+
+
+def _atan2_shape(ctx: InferShapeContext) -> None:
+    x1, x2 = ctx.input("X1"), ctx.input("X2")
+    out = paddle_broadcast(x1.shape, x2.shape, -1)
+    ctx.check(out is not None, f"X1 {x1.shape} and X2 {x2.shape} do not broadcast")
+    ctx.check(x1.dtype == x2.dtype, f"X1 is {x1.dtype} but X2 is {x2.dtype}")
+    dtype = x1.dtype if x1.dtype in ("float16", "bfloat16", "float32", "float64") else "float64"
+    ctx.set_output("Out", out, dtype, 0)
+
+
+@op("atan2", inputs="X1 X2", outputs="Out", infer_shape=_atan2_shape)
+def atan2(ctx):
+    """The angle of the point (X2, X1): arctan(X1 / X2) in the right quadrant (integers give float64)."""
+    x1, x2 = ctx.input("X1"), ctx.input("X2")
+    if not jnp.issubdtype(x1.dtype, jnp.floating):
+        x1, x2 = x1.astype(jnp.float64), x2.astype(jnp.float64)
+    return {"Out": jnp.arctan2(x1, x2)}
+
+
+# -- scale, sum, mean ------------------------------------------------------------------------------
 def scale_grad_ops(out_grad: list[str], x_grad: list[str], factor: float, scale_tensor=None) -> list[tuple]:
     """``scale`` ops writing ``factor * out_grad`` into ``x_grad`` (Paddle builds these gradients
     from forward ops: it has no ``scale_grad``, ``sum_grad`` or ``sign_grad``)."""

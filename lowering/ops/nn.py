@@ -1,10 +1,10 @@
-"""Neural-network ops: matrix products, softmax, losses."""
+"""Neural-network ops: matrix products (mul, matmul, matmul_v2), softmax and log_softmax,
+cross_entropy, dropout, embeddings (lookup_table), prelu, cos_sim."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
@@ -356,33 +356,3 @@ def cos_sim(ctx):
     yn = jnp.sqrt(jnp.sum(y2 * y2, axis=1, keepdims=True))
     out = jnp.sum(x2 * y2, axis=1, keepdims=True) / (xn * yn)
     return {"Out": out, "XNorm": xn, "YNorm": yn}
-
-
-# -- resizing -------------------------------------------------------------------------------------------
-_INTERP_ATTRS = {"data_layout": "NCHW", "out_d": 0, "out_h": 0, "out_w": 0, "scale": Attr("floats", []),
-                 "interp_method": "bilinear", "align_corners": True, "align_mode": 1}
-
-
-@op("bilinear_interp_v2", inputs="X OutSize? SizeTensor*? Scale?", outputs="Out", attrs=_INTERP_ATTRS,
-    infer_shape=lambda ctx: _vision().interp_shape(ctx), no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
-def bilinear_interp_v2(ctx):
-    """Bilinear resize of a 4-D X to out_h × out_w (or input size × ``scale``).
-
-    ``align_corners`` maps corner pixels onto corner pixels; otherwise ``align_mode`` 0 uses
-    half-pixel centres and 1 maps output index i to input i·(in/out). The size may also come from
-    the OutSize/SizeTensor/Scale tensors when their values are known at lowering (vision.resize)."""
-    return _vision().resize(ctx, "linear")
-
-
-@op("nearest_interp_v2", inputs="X OutSize? SizeTensor*? Scale?", outputs="Out", attrs=_INTERP_ATTRS,
-    infer_shape=lambda ctx: _vision().interp_shape(ctx), no_grad_inputs=["OutSize", "SizeTensor", "Scale"])
-def nearest_interp_v2(ctx):
-    """Nearest-neighbour resize of a 4-D or 5-D X (out_h, out_w / out_d, out_h, out_w, or ``scale``);
-    ``align_corners`` rounds the source index instead of truncating it."""
-    return _vision().resize(ctx, "nearest")
-
-
-def _vision():
-    from . import vision  # the resize rules of every *_interp_v2 op live there
-
-    return vision

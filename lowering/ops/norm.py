@@ -1,4 +1,6 @@
-"""Normalization: batch_norm (with moving statistics), layer_norm, group_norm, instance_norm.
+"""Normalization: batch_norm (with moving statistics), layer_norm, group_norm, instance_norm;
+Fluid 1.x's lrn (across channels), norm (L2 along an axis) and affine_channel (a frozen
+batch norm).
 
 Variances are the biased (population) ones, as in Paddle. ``SavedVariance`` outputs hold the
 inverse standard deviation 1 / sqrt(var + epsilon) of the batch, which is what Paddle saves for
@@ -207,3 +209,74 @@ def instance_norm(ctx):
         y = y + ctx.input("Bias").reshape(bshape).astype(x.dtype)
     nc = x.shape[0] * x.shape[1]
     return {"Y": y, "SavedMean": mean.reshape(nc), "SavedVariance": inv_std.reshape(nc)}
+
+
+# -- lrn, norm, affine_channel --------------------------------------------------------------------
+def _lrn_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.check(x.ndim == 4, f"X must be 4-D, got {x.shape}")
+    ctx.check(ctx.attr("n") > 0, f"n must be positive, got {ctx.attr('n')}")
+    ctx.set_output("Out", x.shape, x.dtype, 0)
+    if ctx.has_output("MidOut"):
+        ctx.set_output("MidOut", x.shape, x.dtype, 0)
+
+
+@op("lrn", inputs="X", outputs="Out MidOut", attrs={"n": 5, "k": 2.0, "alpha": 1e-4, "beta": 0.75,
+                                                    "data_format": "AnyLayout"},
+    infer_shape=_lrn_shape, no_grad_outputs=["MidOut"])
+def lrn(ctx):
+    """Local response normalisation across channels: MidOut = k + alpha · Σ X² over the ``n``
+    channels centred on each (zero beyond the ends), Out = X / MidOut^beta."""
+    x = ctx.input("X")
+    last = ctx.attr("data_format") == "NHWC"
+    xc = jnp.moveaxis(x, 3, 1) if last else x
+    n = int(ctx.attr("n"))
+    before = (n - 1) // 2
+    sq = jnp.pad(jnp.square(xc), [(0, 0), (before, n - 1 - before), (0, 0), (0, 0)])
+    window = sum(sq[:, i:i + xc.shape[1]] for i in range(n))
+    mid = jnp.asarray(ctx.attr("k"), x.dtype) + jnp.asarray(ctx.attr("alpha"), x.dtype) * window
+    out = xc * jnp.power(mid, -jnp.asarray(ctx.attr("beta"), x.dtype))
+    if last:
+        out, mid = jnp.moveaxis(out, 1, 3), jnp.moveaxis(mid, 1, 3)
+    return {"Out": out, "MidOut": mid}
+
+
+def _norm_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    axis = ctx.attr("axis")
+    ctx.check(-x.ndim <= axis < x.ndim, f"axis {axis} is out of range for a rank-{x.ndim} X")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+    shape = list(x.shape)
+    shape[axis % x.ndim] = 1
+    ctx.set_output("Norm", shape, x.dtype, 0)
+
+
+@op("norm", inputs="X", outputs="Out Norm", attrs={"axis": 1, "epsilon": 1e-10, "is_test": False},
+    infer_shape=_norm_shape, no_grad_outputs=["Norm"])
+def norm(ctx):
+    """L2 normalisation along ``axis``: Norm = sqrt(Σ X² + epsilon), Out = X / Norm (Norm is
+    required: Paddle's kernel writes it)."""
+    x = ctx.input("X")
+    axis = int(ctx.attr("axis")) % x.ndim
+    n = jnp.sqrt(jnp.sum(jnp.square(x), axis=axis, keepdims=True) + jnp.asarray(ctx.attr("epsilon"), x.dtype))
+    return {"Out": x / n, "Norm": n}
+
+
+def _affine_channel_shape(ctx: InferShapeContext) -> None:
+    x, scale, bias = ctx.input("X"), ctx.input("Scale"), ctx.input("Bias")
+    c = x.shape[-1] if ctx.attr("data_layout") == "NHWC" else x.shape[1]
+    for name, t in (("Scale", scale), ("Bias", bias)):
+        ctx.check(t.ndim == 1 and (c < 0 or t.shape[0] < 0 or t.shape[0] == c),
+                  f"{name} must be [C] with C = {c}, got {t.shape}")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("affine_channel", inputs="X Scale Bias", outputs="Out", attrs={"data_layout": "AnyLayout"},
+    infer_shape=_affine_channel_shape)
+def affine_channel(ctx):
+    """X · Scale + Bias per channel (a frozen batch norm): channels on axis 1, or last for NHWC."""
+    x, scale, bias = ctx.input("X"), ctx.input("Scale"), ctx.input("Bias")
+    if ctx.attr("data_layout") == "NHWC":
+        return {"Out": x * scale + bias}
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return {"Out": x * scale.reshape(shape) + bias.reshape(shape)}

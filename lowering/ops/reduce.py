@@ -1,4 +1,5 @@
-"""Reductions and searches: reduce_sum/mean/max/min/prod, arg_max/arg_min, top_k, cumsum.
+"""Reductions: reduce_sum/mean/max/min/prod, reduce_any/all/amax/amin, logsumexp, and the running
+reductions cumsum and cumprod.
 
 Paddle 2.6 conventions, checked against it:
 
@@ -9,8 +10,8 @@ Paddle 2.6 conventions, checked against it:
   kernels do. ``reduce_mean`` of integers divides with truncation, as C++ does.
 - ``reduce_max``/``reduce_min`` send the gradient to every element equal to the result (Paddle's
   rule), where ``jnp.max`` would share it among ties.
-- ``arg_max``/``arg_min`` return the first index of the extreme value, int64 (int32 when
-  ``dtype`` is 2); with ``flatten`` the result is 0-d (all ones with ``keepdims``).
+
+The searches (arg_max/arg_min, top_k, argsort) live in ``search.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from ...ir import dtypes
-from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
-from ...ir.shape import InferShapeContext
+from ...ir.shape import InferShapeContext, same_as
+from ._errors import _fail
 from ._shapes import prod
+
 
 _REDUCE_ATTRS = {
     "dim": Attr("ints", [0]),
@@ -111,140 +113,134 @@ _REDUCERS = {
     "reduce_prod": lambda x, axes, keep: jnp.prod(x, axis=axes, keepdims=keep, dtype=x.dtype),
 }
 
-_REDUCE_DOCS = {
-    "reduce_sum": "Sum of X over ``dim`` (everything when ``reduce_all`` or ``dim`` is empty).",
-    "reduce_mean": "Mean of X over ``dim`` (everything when ``reduce_all`` or ``dim`` is empty).",
-    "reduce_max": "Maximum of X over ``dim``; the gradient goes to every maximal element.",
-    "reduce_min": "Minimum of X over ``dim``; the gradient goes to every minimal element.",
-    "reduce_prod": "Product of X over ``dim`` (everything when ``reduce_all`` or ``dim`` is empty).",
-}
 
-
-def _reduce(op_type: str):
+def _reduce(ctx, op_type: str):
+    """The JAX rule of ``op_type``, one of :data:`_REDUCERS`."""
     reducer = _REDUCERS[op_type]
-
-    def rule(ctx):
-        x = ctx.input("X")
-        axes = _reduced_axes(x.ndim, ctx.attr("dim"), ctx.attr("reduce_all"))
-        if axes is None:
-            raise ValueError(f"dim={ctx.attr('dim')} is out of range for a rank-{x.ndim} input")
-        out_dtype = dtypes.to_numpy(_reduce_out_dtype(op_type, dtypes.normalize(x.dtype), ctx.attr("out_dtype")))
-        if x.dtype != out_dtype:
-            x = x.astype(out_dtype)
-        return {"Out": reducer(x, axes, bool(ctx.attr("keep_dim")))}
-
-    rule.__name__ = op_type
-    rule.__doc__ = _REDUCE_DOCS[op_type]
-    op(op_type, inputs="X", outputs="Out", attrs=dict(_REDUCE_ATTRS), infer_shape=_reduce_shape)(rule)
-
-
-for _type in _REDUCERS:
-    _reduce(_type)
-
-
-# -- arg_max / arg_min ------------------------------------------------------------------------------
-def _arg_dtype(dtype_attr) -> str:
-    return "int32" if dtype_attr == dtypes.to_enum("int32") else "int64"
-
-
-def _arg_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
-    axis, keep = ctx.attr("axis"), bool(ctx.attr("keepdims"))
-    if ctx.attr("flatten"):
-        shape = (1,) * x.ndim if keep else ()
-    else:
-        ctx.check(x.ndim == 0 and axis in (0, -1) or -x.ndim <= axis < x.ndim,
-                  f"axis={axis} is out of range for a rank-{x.ndim} input")
-        axis = axis % x.ndim if x.ndim else 0
-        shape = _reduced_shape(x.shape, (axis,), keep) if x.ndim else ()
-    ctx.set_output("Out", shape, _arg_dtype(ctx.attr("dtype")), 0)
+    axes = _reduced_axes(x.ndim, ctx.attr("dim"), ctx.attr("reduce_all"))
+    if axes is None:
+        raise ValueError(f"dim={ctx.attr('dim')} is out of range for a rank-{x.ndim} input")
+    out_dtype = dtypes.to_numpy(_reduce_out_dtype(op_type, dtypes.normalize(x.dtype), ctx.attr("out_dtype")))
+    if x.dtype != out_dtype:
+        x = x.astype(out_dtype)
+    return {"Out": reducer(x, axes, bool(ctx.attr("keep_dim")))}
 
 
-def _arg(op_type: str, fn, doc: str):
-    def rule(ctx):
-        x = ctx.input("X")
-        keep = bool(ctx.attr("keepdims"))
-        if ctx.attr("flatten") or x.ndim == 0:
-            out = fn(x.reshape(-1), axis=0)
-            out = out.reshape((1,) * x.ndim) if keep else out
-        else:
-            out = fn(x, axis=ctx.attr("axis") % x.ndim, keepdims=keep)
-        return {"Out": out.astype(_arg_dtype(ctx.attr("dtype")))}
-
-    rule.__name__ = op_type
-    rule.__doc__ = doc
-    op(op_type, inputs="X", outputs="Out",
-       attrs={"axis": Attr("long", 0), "keepdims": False, "flatten": False, "dtype": 3},
-       infer_shape=_arg_shape, grad=None)(rule)
+@op("reduce_sum", inputs="X", outputs="Out", attrs=_REDUCE_ATTRS, infer_shape=_reduce_shape)
+def reduce_sum(ctx):
+    """Sum of X over ``dim`` (everything when ``reduce_all`` or ``dim`` is empty)."""
+    return _reduce(ctx, "reduce_sum")
 
 
-_arg("arg_max", jnp.argmax, "Index of the (first) largest element of X along ``axis`` (of all of X with ``flatten``).")
-_arg("arg_min", jnp.argmin, "Index of the (first) smallest element of X along ``axis`` (of all of X with ``flatten``).")
+@op("reduce_mean", inputs="X", outputs="Out", attrs=_REDUCE_ATTRS, infer_shape=_reduce_shape)
+def reduce_mean(ctx):
+    """Mean of X over ``dim`` (everything when ``reduce_all`` or ``dim`` is empty)."""
+    return _reduce(ctx, "reduce_mean")
 
 
-# -- top_k / top_k_v2 -------------------------------------------------------------------------------
-def _static_k(ctx) -> int:
-    """k from the ``K`` input when given (it must be known when the step is traced), else the attr."""
-    k_tensor = ctx.input("K")
-    if k_tensor is None:
-        return int(ctx.attr("k"))
-    try:
-        return int(jnp.asarray(k_tensor).reshape(-1)[0])
-    except jax.errors.JAXTypeError:
-        raise OpRuntimeError(
-            f"op {ctx.opdef.type!r}: a K input (a fed or computed tensor) is not supported (XLA needs "
-            "k when compiling); set the attribute k instead") from None
+@op("reduce_max", inputs="X", outputs="Out", attrs=_REDUCE_ATTRS, infer_shape=_reduce_shape)
+def reduce_max(ctx):
+    """Maximum of X over ``dim``; the gradient goes to every maximal element."""
+    return _reduce(ctx, "reduce_max")
 
 
-def _top_k_shape(ctx: InferShapeContext) -> None:
+@op("reduce_min", inputs="X", outputs="Out", attrs=_REDUCE_ATTRS, infer_shape=_reduce_shape)
+def reduce_min(ctx):
+    """Minimum of X over ``dim``; the gradient goes to every minimal element."""
+    return _reduce(ctx, "reduce_min")
+
+
+@op("reduce_prod", inputs="X", outputs="Out", attrs=_REDUCE_ATTRS, infer_shape=_reduce_shape)
+def reduce_prod(ctx):
+    """Product of X over ``dim`` (everything when ``reduce_all`` or ``dim`` is empty)."""
+    return _reduce(ctx, "reduce_prod")
+
+
+# -- reduce_any / reduce_all / reduce_amax / reduce_amin, logsumexp ------------------------------------
+def _axes(ndim: int, axis, reduce_all: bool) -> tuple[int, ...]:
+    """Paddle's recompute_reduce_all: no axis, every axis, or ``reduce_all`` reduce everything."""
+    axis = [int(a) for a in (axis or [])]
+    if reduce_all or not axis or len(axis) == ndim:
+        return tuple(range(ndim))
+    return tuple(sorted({a % ndim for a in axis}))
+
+
+def _reduce2_shape(ctx: InferShapeContext, dtype=None) -> None:
     x = ctx.input("X")
-    axis = ctx.attr("axis") if ctx.opdef.type == "top_k_v2" else -1
-    axis = -1 if axis is None else axis
-    ctx.check(x.ndim >= 1 and -x.ndim <= axis < x.ndim or x.ndim == 0 and axis in (0, -1),
-              f"axis={axis} is out of range for a rank-{x.ndim} input")
-    k = -1 if ctx.input("K") is not None else int(ctx.attr("k"))
-    shape = list(x.shape)
-    if x.ndim:
-        axis %= x.ndim
-        ctx.check(k < 0 or shape[axis] < 0 or 0 <= k <= shape[axis],
-                  f"k={k} must lie in [0, {shape[axis]}] (the size of axis {axis})")
-        shape[axis] = k
-    ctx.set_output("Out", shape, x.dtype)
-    ctx.set_output("Indices", shape, "int64")
+    dim = ctx.attr("dim") or []
+    ctx.check(all(-max(x.ndim, 1) <= d < max(x.ndim, 1) for d in dim), f"dim {list(dim)} is out of range for "
+                                                                       f"a rank-{x.ndim} input")
+    axes = _axes(x.ndim, dim, ctx.attr("reduce_all"))
+    keep = ctx.attr("keep_dim")
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    ctx.set_output("Out", shape, dtype or x.dtype, 0)
 
 
-def _top_k(x, k: int, axis: int, largest: bool):
-    if x.ndim == 0:
-        return x, jnp.zeros((), jnp.int64)
-    moved = jnp.moveaxis(x, axis, -1)
-    values, indices = lax.top_k(moved if largest else -moved, k)
-    if not largest:
-        values = -values
-    return jnp.moveaxis(values, -1, axis), jnp.moveaxis(indices.astype(jnp.int64), -1, axis)
+_REDUCE2_ATTRS = {"dim": Attr("longs", [0]), "keep_dim": False, "reduce_all": False, "in_dtype": -1, "out_dtype": -1}
 
 
-@op("top_k", inputs="X K?", outputs="Out Indices", attrs={"k": 1}, infer_shape=_top_k_shape,
-    no_grad_inputs=["K"], no_grad_outputs=["Indices"])
-def top_k(ctx):
-    """The k largest values of X along its last axis (descending) and their int64 indices."""
-    values, indices = _top_k(ctx.input("X"), _static_k(ctx), -1, True)
-    return {"Out": values, "Indices": indices}
-
-
-@op("top_k_v2", inputs="X K?", outputs="Out Indices",
-    attrs={"k": 1, "axis": -1, "largest": True, "sorted": True}, infer_shape=_top_k_shape,
-    no_grad_inputs=["K"], no_grad_outputs=["Indices"])
-def top_k_v2(ctx):
-    """The k largest (or smallest, ``largest=False``) values of X along ``axis``, and their indices.
-
-    Results are always sorted (largest first, or smallest first); ties keep the lower index first.
-    """
+def _reduce2(ctx, fn):
+    """Out = fn(X, axes, keep_dim), the axes by Paddle's recompute_reduce_all (:func:`_axes`)."""
     x = ctx.input("X")
-    values, indices = _top_k(x, _static_k(ctx), ctx.attr("axis"), bool(ctx.attr("largest")))
-    return {"Out": values, "Indices": indices}
+    if ctx.input("AxisTensor") is not None or ctx.inputs("AxisTensorList"):
+        _fail(ctx, "the axis given as a tensor is not supported; use the dim attribute")
+    axes = _axes(x.ndim, ctx.attr("dim"), ctx.attr("reduce_all"))
+    return {"Out": fn(x, axes, bool(ctx.attr("keep_dim")))}
 
 
-# -- cumsum -------------------------------------------------------------------------------------------
+@op("reduce_any", inputs="X AxisTensor? AxisTensorList*?", outputs="Out", attrs=_REDUCE2_ATTRS,
+    infer_shape=lambda ctx: _reduce2_shape(ctx, "bool"), no_grad_inputs=["AxisTensor", "AxisTensorList"], grad=None)
+def reduce_any(ctx):
+    """Whether any element of X over ``dim`` is true (non-zero)."""
+    return _reduce2(ctx, lambda x, a, k: jnp.any(x != 0, axis=a, keepdims=k))
+
+
+@op("reduce_all", inputs="X AxisTensor? AxisTensorList*?", outputs="Out", attrs=_REDUCE2_ATTRS,
+    infer_shape=lambda ctx: _reduce2_shape(ctx, "bool"), no_grad_inputs=["AxisTensor", "AxisTensorList"], grad=None)
+def reduce_all(ctx):
+    """Whether every element of X over ``dim`` is true (non-zero)."""
+    return _reduce2(ctx, lambda x, a, k: jnp.all(x != 0, axis=a, keepdims=k))
+
+
+@op("reduce_amax", inputs="X AxisTensor? AxisTensorList*?", outputs="Out", attrs=_REDUCE2_ATTRS,
+    infer_shape=_reduce2_shape, no_grad_inputs=["AxisTensor", "AxisTensorList"])
+def reduce_amax(ctx):
+    """The largest element of X over ``dim``; the gradient is shared evenly among equal maxima."""
+    return _reduce2(ctx, lambda x, a, k: jnp.max(x, axis=a, keepdims=k))
+
+
+@op("reduce_amin", inputs="X AxisTensor? AxisTensorList*?", outputs="Out", attrs=_REDUCE2_ATTRS,
+    infer_shape=_reduce2_shape, no_grad_inputs=["AxisTensor", "AxisTensorList"])
+def reduce_amin(ctx):
+    """The smallest element of X over ``dim``; the gradient is shared evenly among equal minima."""
+    return _reduce2(ctx, lambda x, a, k: jnp.min(x, axis=a, keepdims=k))
+
+
+def _logsumexp_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    axis = ctx.attr("axis") or []
+    ctx.check(all(-max(x.ndim, 1) <= a < max(x.ndim, 1) for a in axis),
+              f"axis {list(axis)} is out of range for a rank-{x.ndim} input")
+    axes = _axes(x.ndim, axis, ctx.attr("reduce_all"))
+    keep = ctx.attr("keepdim")
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    ctx.set_output("Out", shape, x.dtype, 0)
+
+
+@op("logsumexp", inputs="X", outputs="Out", attrs={"axis": Attr("ints", [0]), "keepdim": False, "reduce_all": False},
+    infer_shape=_logsumexp_shape)
+def logsumexp(ctx):
+    """log(sum(exp(X))) over ``axis`` (all axes when ``reduce_all`` or when axis lists every axis or
+    none), computed stably; ``keepdim`` keeps the reduced axes as 1s."""
+    x = ctx.input("X")
+    axes = _axes(x.ndim, ctx.attr("axis"), ctx.attr("reduce_all"))
+    return {"Out": jax.scipy.special.logsumexp(x, axis=axes, keepdims=bool(ctx.attr("keepdim")))}
+
+
+# -- cumsum, cumprod -----------------------------------------------------------------------------------
 def _cumsum_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     if ctx.attr("flatten"):
@@ -280,3 +276,12 @@ def cumsum(ctx):
     if reverse:
         out = jnp.flip(out, axis)
     return {"Out": out}
+
+
+@op("cumprod", inputs="X", outputs="Out", attrs={"dim": -1}, infer_shape=same_as("X"))
+def cumprod(ctx):
+    """Cumulative product of X along ``dim``."""
+    x = ctx.input("X")
+    if x.ndim == 0:
+        return {"Out": x}
+    return {"Out": jnp.cumprod(x, axis=int(ctx.attr("dim")) % x.ndim)}

@@ -1,4 +1,5 @@
-"""Creating and converting tensors: constants, fills, casts, shapes, ranges, one-hot, padding."""
+"""Creating and converting tensors: constants and fills (fill_constant, assign_value, fill_*_like),
+casts and copies, shapes and sizes, ranges (range, linspace, meshgrid), one-hot, padding."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import numpy as np
 from ...ir import dtypes
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
-from ...ir.shape import InferShapeContext
+from ...ir.shape import InferShapeContext, same_as
 from ..checks import IndexInput, index_inputs
 from ..host_init import host_rule
+from ._errors import _fail
+from ._tensor_attrs import static_ints
 
 
 def _int_text(text: str) -> int:
@@ -36,8 +39,6 @@ def fill_constant(ctx):
         value = _int_text(text) if np.issubdtype(dtype, np.integer) else float(text)
     if ctx.input("ValueTensor") is not None:
         value = ctx.input("ValueTensor").reshape(())
-    from .manipulation import static_ints
-
     shape = static_ints(ctx, "ShapeTensor", "ShapeTensorList", what="the shape")
     return {"Out": jnp.full(tuple(shape if shape is not None else ctx.attr("shape")), value, dtype)}
 
@@ -84,7 +85,41 @@ def fill_string(op, scope):
         holder.set(str(op.attr("value")))
 
 
-# -- cast / assign / shape -------------------------------------------------------------------------
+_ASSIGN_VALUE_FIELDS = {"bool": "bool_values", "int32": "int32_values", "int64": "int64_values",
+                        "float32": "fp32_values", "float64": "fp64_values"}
+
+
+def _assign_value_dtype(ctx) -> str:
+    return dtypes.from_enum(ctx.attr("dtype"))
+
+
+def _assign_value_shape(ctx: InferShapeContext) -> None:
+    dtype = _assign_value_dtype(ctx)
+    ctx.check(dtype in _ASSIGN_VALUE_FIELDS, f"dtype {dtype} is not one assign_value holds "
+                                             f"({', '.join(_ASSIGN_VALUE_FIELDS)})")
+    ctx.set_output("Out", [int(d) for d in ctx.attr("shape")], dtype, 0)
+
+
+@op("assign_value", inputs="", outputs="Out",
+    attrs={"shape": Attr("ints", []), "dtype": 5, "bool_values": Attr("ints", []),
+           "fp32_values": Attr("floats", []), "fp64_values": Attr("float64s", []),
+           "int32_values": Attr("ints", []), "int64_values": Attr("longs", [])},
+    infer_shape=_assign_value_shape, grad=None)
+def assign_value(ctx):
+    """A constant tensor of ``shape`` and ``dtype`` whose values are in the attribute for the dtype
+    (``fp32_values``, ``int64_values``, ...)."""
+    dtype = _assign_value_dtype(ctx)
+    if dtype not in _ASSIGN_VALUE_FIELDS:
+        _fail(ctx, f"dtype {dtype} is not one assign_value holds ({', '.join(_ASSIGN_VALUE_FIELDS)})")
+    shape = tuple(int(d) for d in ctx.attr("shape"))
+    values = np.asarray(list(ctx.attr(_ASSIGN_VALUE_FIELDS[dtype]) or []), dtypes.to_numpy(dtype))
+    if values.size != int(np.prod(shape)):
+        _fail(ctx, f"{_ASSIGN_VALUE_FIELDS[dtype]} holds {values.size} values but shape {list(shape)} needs "
+                   f"{int(np.prod(shape))}")
+    return {"Out": jnp.asarray(values.reshape(shape))}
+
+
+# -- cast / assign / shape / size ------------------------------------------------------------------
 def _cast_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     ctx.set_output("Out", x.shape, dtypes.from_enum(ctx.attr("out_dtype")), x.lod_level)
@@ -124,7 +159,13 @@ def shape(ctx):
     return {"Out": np.asarray(ctx.input("Input").shape, np.int32)}
 
 
-# -- range -----------------------------------------------------------------------------------------
+@op("size", inputs="Input", outputs="Out", infer_shape=lambda ctx: ctx.set_output("Out", (), "int64", 0), grad=None)
+def size(ctx):
+    """The number of elements of Input, a 0-d int64 tensor (known from the shape alone)."""
+    return {"Out": np.asarray(int(np.prod(ctx.input("Input").shape)), np.int64)}
+
+
+# -- range, linspace, meshgrid ---------------------------------------------------------------------
 def range_length(start, end, step) -> int:
     """The number of values of ``range(start, end, step)``: ceil((end - start) / step)."""
     if step == 0:
@@ -173,6 +214,55 @@ def range_(ctx):
     return {"Out": (start + step * jnp.arange(n, dtype=dtype)).astype(dtype)}
 
 
+def _linspace_shape(ctx: InferShapeContext) -> None:
+    # The length is the *value* of Num: known here only when the program declares it.
+    out = ctx.output("Out")
+    n = out.shape[0] if out is not None and len(out.shape) == 1 else -1
+    ctx.set_output("Out", (n,), dtypes.from_enum(ctx.attr("dtype")), 0)
+
+
+@op("linspace", inputs="Start Stop Num", outputs="Out", attrs={"dtype": 5}, infer_shape=_linspace_shape, grad=None)
+def linspace(ctx):
+    """Num evenly spaced values from Start to Stop (both included), of ``dtype``; the first half
+    counts up from Start and the second down from Stop, as Paddle's kernel does. Num sets the
+    output's length, so its value must be known when the block is lowered (or the program must
+    declare the length)."""
+    dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
+    try:
+        (num,) = static_ints(ctx, "Num", what="Num")
+    except OpRuntimeError:
+        var = ctx.out_var("Out")
+        if var is None or len(var.shape) != 1 or var.shape[0] < 0:
+            raise
+        num = int(var.shape[0])
+    work = jnp.float64 if dtype == np.float64 else jnp.float32
+    start = ctx.input("Start").reshape(()).astype(work)
+    stop = ctx.input("Stop").reshape(()).astype(work)
+    if num == 1:
+        return {"Out": start.reshape(1).astype(dtype)}
+    step = (stop - start) / (num - 1)
+    i = jnp.arange(num, dtype=work)
+    out = jnp.where(i < num // 2, start + step * i, stop - step * (num - 1 - i))
+    return {"Out": out.astype(dtype)}
+
+
+def _meshgrid_shape(ctx: InferShapeContext) -> None:
+    xs = ctx.inputs("X")
+    ctx.check(all(x.ndim <= 1 for x in xs), f"meshgrid needs 0-D or 1-D inputs, got {[x.shape for x in xs]}")
+    ctx.check(len({x.dtype for x in xs}) == 1, f"meshgrid needs inputs of one dtype, got {[x.dtype for x in xs]}")
+    shape = tuple(x.shape[0] if x.ndim == 1 else 1 for x in xs)
+    for i, x in enumerate(xs):
+        ctx.set_output("Out", shape, x.dtype, 0, index=i)
+
+
+@op("meshgrid", inputs="X*", outputs="Out*", infer_shape=_meshgrid_shape)
+def meshgrid(ctx):
+    """Coordinate grids of the 1-D inputs ("ij" indexing): Out[i] has shape [len(X0), len(X1), ...]
+    and varies along dim i."""
+    xs = [x.reshape(-1) for x in ctx.inputs("X")]
+    return {"Out": list(jnp.meshgrid(*xs, indexing="ij"))}
+
+
 # -- one_hot_v2 ------------------------------------------------------------------------------------
 def _one_hot_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
@@ -211,7 +301,7 @@ def _one_hot_indices(attr, shape):
     return [IndexInput("X", attr("depth"))]
 
 
-# -- fill_constant_batch_size_like / fill_any_like ----------------------------------------------------
+# -- fill_constant_batch_size_like / fill_any_like / fill_zeros_like ----------------------------------
 def _batch_like_target(ctx, in_shape) -> list[int]:
     shape = list(ctx.attr("shape"))
     i, o = ctx.attr("input_dim_idx"), ctx.attr("output_dim_idx")
@@ -264,3 +354,9 @@ def fill_any_like(ctx):
     x = ctx.input("X")
     dtype = dtypes.to_numpy(_any_like_dtype(ctx, dtypes.normalize(x.dtype)))
     return {"Out": jnp.full(x.shape, ctx.attr("value"), dtype)}
+
+
+@op("fill_zeros_like", inputs="X", outputs="Out", infer_shape=same_as("X"), grad=None)
+def fill_zeros_like(ctx):
+    """Zeros of X's shape and dtype."""
+    return {"Out": jnp.zeros_like(ctx.input("X"))}
