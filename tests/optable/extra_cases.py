@@ -1,7 +1,8 @@
-"""Op-table rows: the math and tensor ops of ``lowering/ops/extra.py`` (trigonometric and hyperbolic
-functions, mish … hard_shrink, isnan/isinf, bitwise, heaviside, logsumexp, p_norm, dist, cumprod,
-bmm, einsum, tril_triu, flip, roll, meshgrid, argsort, index_select, take/put_along_axis,
-expand_as_v2, assign_value, set_value).
+"""Op-table rows: math and tensor ops of several families of ``lowering/ops/`` (unary_math,
+activation, logic, math, reduce, linalg, reshaping, search, gather_scatter, tensor, slicing):
+trigonometric and hyperbolic functions, mish … hard_shrink, isnan/isinf, bitwise, heaviside,
+logsumexp, p_norm, dist, cumprod, bmm, einsum, tril_triu, flip, roll, meshgrid, argsort,
+index_select, take/put_along_axis, expand_as_v2, assign_value, set_value.
 
 Inputs stay away from kinks and ties, so that Paddle's one-sided conventions, JAX's and finite
 differences agree.
@@ -255,7 +256,7 @@ CASES += [
 ]
 
 
-# -- ops of paddle.nn layers and tensor functions found by the layer scan (extra.py, extra_nn.py) ---
+# -- ops of paddle.nn layers and tensor functions found by the layer scan ----------------------------
 def _distinct_maps(*shape):
     n = int(np.prod(shape))
     return (np.random.default_rng(n + 9).permutation(n).reshape(shape) / n - 0.5).astype("float32")
@@ -376,7 +377,7 @@ CASES += [
 ]
 
 
-# -- Fluid 1.x ops (lowering/ops/legacy.py) ---------------------------------------------------------
+# -- Fluid 1.x ops (reshaping, slicing, tensor, norm, loss, resize) ----------------------------------
 def _lrn_ref(inputs, attrs):
     x, n = inputs["X"], attrs["n"]
     sq = np.pad(x * x, [(0, 0), ((n - 1) // 2, n - 1 - (n - 1) // 2), (0, 0), (0, 0)])

@@ -1,5 +1,6 @@
-"""Op-table rows: the vision ops of ``lowering/ops/vision.py`` (pixel_shuffle, conv3d, pool3d,
-linear/bicubic/trilinear resizing, affine_grid, grid_sampler, and the detection ops)."""
+"""Op-table rows: the vision ops of ``lowering/ops/`` resize.py, conv.py, pooling.py and
+detection.py (pixel_shuffle, conv3d, pool3d, linear/bicubic/trilinear resizing, affine_grid,
+grid_sampler, and the detection ops)."""
 
 import numpy as np
 
