@@ -548,7 +548,8 @@ class Program:
             for name, var in block.vars.items():
                 new_var = new_block.vars[name]
                 new_var.is_data = var.is_data
-                for attr in ("trainable", "regularizer", "optimize_attr", "need_clip"):
+                for attr in ("trainable", "regularizer", "optimize_attr", "need_clip", "gradient_clip_attr",
+                             "do_model_average", "error_clip"):
                     if hasattr(var, attr):
                         setattr(new_var, attr, copy.copy(getattr(var, attr)))
         if for_test:

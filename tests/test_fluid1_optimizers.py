@@ -548,6 +548,8 @@ def test_param_attr_fluid1_arguments():
         fluid.layers.fc(input=x, size=2, param_attr=attr)
     w = main.global_block().var("w")
     assert w.do_model_average is False and w.gradient_clip_attr is attr.gradient_clip
+    w = main.clone().global_block().var("w")     # a clone keeps them (Python-only, as in Fluid)
+    assert w.do_model_average is False and isinstance(w.gradient_clip_attr, fluid.clip.GradientClipByValue)
 
 
 # -- 6. ExponentialMovingAverage, ModelAverage, Lookahead ---------------------------------------------------
