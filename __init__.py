@@ -16,7 +16,8 @@ from .ir import (FeedError, FluidJaxError, IndexOutOfRangeError, NumericCheckErr
                  UnregisteredOpError, VariableNotFoundError, append_backward, OpRuntimeError, Parameter, Program, ShapeError, SymbolicValueError,
                  UninitializedVariableError, default_main_program, default_startup_program, infer_shapes,
                  unique_name)
-from .ir.errors import OpVersionError, ParameterMismatchError, TensorFormatError, UnsafeFormatError
+from .ir.errors import (InputTypeError, LoDError, LoDTypeError, OpVersionError, ParameterMismatchError,
+                        TensorFormatError, UnsafeFormatError)
 from .lowering import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPlace, Executor, LoDTensor, Scope,
                        TPUPlace, global_scope)
 from .lowering.flags import get_flags, set_flags
@@ -83,7 +84,7 @@ __all__ = [
     "BuildStrategy", "CompiledProgram", "distributed", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
     "ReentrantRunError",
     "UnregisteredOpError", "VariableNotFoundError", "OpVersionError", "ParameterMismatchError", "TensorFormatError",
-    "UnsafeFormatError",
+    "UnsafeFormatError", "InputTypeError", "LoDError", "LoDTypeError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",

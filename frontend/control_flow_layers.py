@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from ..ir import dtypes, unique_name
-from ..ir.errors import ShapeError
+from ..ir.errors import InputTypeError, ShapeError
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 from .math_layers import equal, logical_and, logical_not
@@ -64,12 +64,13 @@ def _numel(var: Variable) -> int:
 
 
 def _check_condition(pred, what: str, layer: str) -> None:
+    """A condition must be a one-element bool Variable (an :class:`InputTypeError`, also a ``TypeError``)."""
     if not isinstance(pred, Variable):
-        raise TypeError(f"{layer}: {what} must be a bool Variable, got {type(pred).__name__}")
+        raise InputTypeError(f"{layer}: {what} must be a bool Variable, got {type(pred).__name__}")
     if pred.dtype != "bool":
-        raise TypeError(f"{layer}: {what} must be a bool Variable, got dtype {pred.dtype}")
+        raise InputTypeError(f"{layer}: {what} must be a bool Variable, got dtype {pred.dtype}")
     if _numel(pred) != 1:
-        raise TypeError(f"{layer}: {what} must hold one value (shape [1] or []), got shape {list(pred.shape)}")
+        raise InputTypeError(f"{layer}: {what} must hold one value (shape [1] or []), got shape {list(pred.shape)}")
 
 
 def _block_io(block) -> tuple[list[str], list[str]]:
@@ -202,6 +203,7 @@ def cond(pred: Variable, true_fn: Callable | None = None, false_fn: Callable | N
     n_true, n_false = len(_as_sequence(true_output)), len(_as_sequence(false_output))
     if n_true != n_false:
         raise ValueError(f"true fn returns {n_true} vars, but false fn returns {n_false} vars, which is not equals")
+    _check_same_dtypes(true_output, false_output)
     mask = cast(pred, "int32")
 
     def merge(false_var, true_var):
@@ -215,6 +217,22 @@ def cond(pred: Variable, true_fn: Callable | None = None, false_fn: Callable | N
         return _map(merge, false_output, true_output)
     except ValueError as exc:
         raise ValueError(f"Incompatible return values of true_fn and false_fn in cond: {exc}") from None
+
+
+def _check_same_dtypes(true_output, false_output) -> None:
+    """Both branches' results, output by output, must have one dtype (XLA selects between them):
+    an :class:`InputTypeError` listing each differing output with both dtypes and shapes."""
+    flat_true, flat_false = _flatten(true_output), _flatten(false_output)
+    if len(flat_true) != len(flat_false):
+        return                                     # a structure mismatch: _map says so
+    differ = [f"output {i}: true_fn gives {t.dtype} {list(t.shape)} ({t.name!r}), false_fn gives "
+              f"{f.dtype} {list(f.shape)} ({f.name!r})"
+              for i, (t, f) in enumerate(zip(flat_true, flat_false))
+              if isinstance(t, Variable) and isinstance(f, Variable) and t.dtype and f.dtype and t.dtype != f.dtype]
+    if differ:
+        raise InputTypeError("Incompatible return values of true_fn and false_fn in cond: the branches return "
+                             "different dtypes (XLA selects between them, so each output needs one dtype; "
+                             "cast one branch): " + "; ".join(differ))
 
 
 def _as_sequence(x) -> list:

@@ -24,6 +24,21 @@ class ShapeError(FluidJaxError, ValueError):
     """An op's inputs have shapes or dtypes it cannot take; raised when the op is appended."""
 
 
+class InputTypeError(ShapeError, TypeError):
+    """An op's input of the wrong kind or dtype (a Python value where a Variable is needed, a float
+    where a bool is needed); a :class:`ShapeError` that ``except TypeError`` also catches."""
+
+
+class LoDError(FluidJaxError, ValueError):
+    """A LoD (sequence lengths or offsets) that breaks Paddle's rules or does not fit the data;
+    the message names the broken rule."""
+
+
+class LoDTypeError(LoDError, TypeError):
+    """A LoD given as something other than lists of integers (a float length, a string, a flat
+    list); a :class:`LoDError` that ``except TypeError`` also catches."""
+
+
 class FeedError(FluidJaxError, ValueError):
     """A feed (or fetch) does not match the program's variables; raised before anything runs."""
 

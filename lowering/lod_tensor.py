@@ -9,8 +9,9 @@ records dims and allocates nothing; memory appears at ``mutable_data``; ``share_
 **The LoD always fits the data.** Paddle checks a LoD against the data only in ``set_lod``;
 ``set`` of data of another length leaves a stale LoD behind. Here every method that changes
 either the LoD or the data's first dimension checks the two against each other (Paddle's
-``CheckLoD`` rules, see :func:`check_lod`) and raises a ``ValueError`` naming the broken rule,
-changing nothing. To give a tensor new data *and* a new LoD, clear the LoD first
+``CheckLoD`` rules, see :func:`check_lod`) and raises a :class:`~fluidjax.ir.errors.LoDError` (a
+``ValueError``) naming the broken rule, changing nothing; a LoD that is not lists of integers is a
+:class:`~fluidjax.ir.errors.LoDTypeError` (also a ``TypeError``). To give a tensor new data *and* a new LoD, clear the LoD first
 (``t.set_lod([])``), or build a new tensor (:func:`create_lod_tensor`). One deliberate difference:
 Paddle skips the last-offset check when the data has 0 rows; here ``[[0, 2]]`` on 0 rows is
 refused like on any other row count.
@@ -28,6 +29,7 @@ import jax
 import numpy as np
 
 from ..ir import dtypes
+from ..ir.errors import LoDError, LoDTypeError
 
 __all__ = ["LoDTensor", "check_lod", "lod_problem", "lengths_to_offsets", "offsets_to_lengths", "create_lod_tensor",
            "create_random_int_lodtensor"]
@@ -40,17 +42,17 @@ __all__ = ["LoDTensor", "check_lod", "lod_problem", "lengths_to_offsets", "offse
 def _as_levels(lod: Any, what: str) -> list[list[int]]:
     """``lod`` as a list of lists of Python ints, or a TypeError saying what shape it must have."""
     if isinstance(lod, (str, bytes)) or not hasattr(lod, "__iter__"):
-        raise TypeError(f"{what} must be a list of levels, each a list of integers (like [[2, 3]]); "
+        raise LoDTypeError(f"{what} must be a list of levels, each a list of integers (like [[2, 3]]); "
                         f"got {type(lod).__name__}")
     levels = []
     for i, level in enumerate(lod):
         if isinstance(level, (str, bytes)) or not hasattr(level, "__iter__"):
-            raise TypeError(f"{what} must be a list of levels, each a list of integers (like [[2, 3]]); "
+            raise LoDTypeError(f"{what} must be a list of levels, each a list of integers (like [[2, 3]]); "
                             f"level {i} is {level!r}")
         out = []
         for n in level:
             if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
-                raise TypeError(f"{what}: level {i} holds {n!r} ({type(n).__name__}); entries must be integers")
+                raise LoDTypeError(f"{what}: level {i} holds {n!r} ({type(n).__name__}); entries must be integers")
             out.append(int(n))
         levels.append(out)
     return levels
@@ -66,7 +68,7 @@ def lengths_to_offsets(lengths: Sequence[Sequence[int]]) -> list[list[int]]:
     lod = []
     for i, level in enumerate(levels):
         if any(n < 0 for n in level):
-            raise ValueError(f"recursive_sequence_lengths {levels}: level {i} has a negative length "
+            raise LoDError(f"recursive_sequence_lengths {levels}: level {i} has a negative length "
                              f"({min(level)}); sequence lengths must be non-negative")
         offsets = [0]
         for n in level:
@@ -117,7 +119,8 @@ def lod_problem(lod: Sequence[Sequence[int]], rows: int | None = None) -> str | 
 
 
 def check_lod(lod: Sequence[Sequence[int]], rows: int | None = None, what: str = "LoD") -> list[list[int]]:
-    """``lod`` as lists of ints if it satisfies Paddle's rules, else a ``ValueError`` naming the rule.
+    """``lod`` as lists of ints if it satisfies Paddle's rules, else a :class:`LoDError` (a
+    ``ValueError``) naming the rule.
 
     The rules (Paddle's ``CheckLoD``): every level has at least 2 offsets, starts at 0 and never
     decreases; each level's last offset equals the number of entries (sequences) of the next
@@ -127,12 +130,12 @@ def check_lod(lod: Sequence[Sequence[int]], rows: int | None = None, what: str =
     [[0, 2, 3], [0, 3, 7, 9]]
     >>> check_lod([[1, 2]])
     Traceback (most recent call last):
-    ValueError: invalid LoD [[1, 2]]: level 0 [1, 2] starts at 1: offsets must start at 0
+    fluidjax.ir.errors.LoDError: invalid LoD [[1, 2]]: level 0 [1, 2] starts at 1: offsets must start at 0
     """
     levels = _as_levels(lod, what)
     problem = lod_problem(levels, rows)
     if problem is not None:
-        raise ValueError(f"invalid {what} {levels}: {problem}")
+        raise LoDError(f"invalid {what} {levels}: {problem}")
     return levels
 
 
@@ -213,11 +216,11 @@ class LoDTensor:
         if not lod:
             return
         if shape is not None and len(shape) == 0:
-            raise ValueError(f"{doing}: the data is a scalar, which has no first dimension for the LoD "
+            raise LoDError(f"{doing}: the data is a scalar, which has no first dimension for the LoD "
                              f"{lod} to index; a LoD needs data of rank >= 1")
         problem = lod_problem(lod, _first_dim(shape))
         if problem is not None:
-            raise ValueError(f"{doing}: invalid {what} {lod}: {problem}")
+            raise LoDError(f"{doing}: invalid {what} {lod}: {problem}")
 
     def set(self, value: Any, place=None) -> None:
         """Hold ``value`` (a NumPy or JAX array, or anything ``np.asarray`` takes).
@@ -482,7 +485,7 @@ def _nested_lengths(data: list, levels: int) -> tuple[list[list[int]], list]:
             return
         if isinstance(item, (str, bytes)) or not hasattr(item, "__len__"):
             where = "".join(f"[{i}]" for i in path)
-            raise TypeError(f"create_lod_tensor: data{where} is {item!r}, but a LoD of {levels} level(s) needs "
+            raise LoDTypeError(f"create_lod_tensor: data{where} is {item!r}, but a LoD of {levels} level(s) needs "
                             f"lists {levels} deep")
         lengths[depth].append(len(item))
         for i, sub in enumerate(item):
@@ -515,12 +518,12 @@ def create_lod_tensor(data: Any, recursive_seq_lens: Sequence[Sequence[int]], pl
     lengths = _as_levels(recursive_seq_lens, "recursive_seq_lens")
     if isinstance(data, list):
         if not lengths:
-            raise ValueError("create_lod_tensor: list data needs at least one level of recursive_seq_lens "
+            raise LoDError("create_lod_tensor: list data needs at least one level of recursive_seq_lens "
                              "(each inner list is a sequence)")
         found, entries = _nested_lengths(data, len(lengths))
         for level, (want, got) in enumerate(zip(lengths, found)):
             if want != got:
-                raise ValueError(f"create_lod_tensor: data and recursive_seq_lens do not match: level {level} of "
+                raise LoDError(f"create_lod_tensor: data and recursive_seq_lens do not match: level {level} of "
                                  f"the lists has lengths {got}, but recursive_seq_lens gives {want}")
         try:
             arr = np.array(entries)
@@ -556,7 +559,7 @@ def create_random_int_lodtensor(recursive_seq_lens: Sequence[Sequence[int]], bas
         raise TypeError(f"base_shape should be a list of ints, got {type(base_shape).__name__}")
     lengths = _as_levels(recursive_seq_lens, "recursive_seq_lens")
     if not lengths:
-        raise ValueError("create_random_int_lodtensor needs at least one level of recursive_seq_lens")
+        raise LoDError("create_random_int_lodtensor needs at least one level of recursive_seq_lens")
     if high < low:
         raise ValueError(f"create_random_int_lodtensor: high ({high}) must be >= low ({low})")
     overall = [sum(lengths[-1]), *_dims(base_shape)]

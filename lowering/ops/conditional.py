@@ -182,10 +182,14 @@ def select_input(ctx):
     first = jax.eval_shape(lambda: xs[0])
     for i, x in enumerate(xs[1:], 1):
         if not _same_structure(jax.eval_shape(lambda x=x: x), first):
-            shapes = [getattr(v, "shape", type(v).__name__) for v in xs]
+            # dtype and shape of each input (of each part of a LoD value): the two may differ in either
+            kinds = [" + ".join(f"{leaf.dtype}{list(leaf.shape)}" for leaf in
+                                jax.tree_util.tree_leaves(jax.eval_shape(lambda v=v: v))) for v in xs]
+            names = ctx.op.input("X")
             raise OpRuntimeError(
-                f"{_where(ctx.op)}: its inputs have different shapes or dtypes {shapes}; under XLA both "
-                "branches of a cond must produce the same shape and dtype")
+                f"{_where(ctx.op)}: its inputs have different shapes or dtypes: "
+                + ", ".join(f"{n!r} is {k}" for n, k in zip(names, kinds))
+                + "; under XLA both branches of a cond must produce the same shape and dtype")
     if len(xs) == 1:
         return {"Out": xs[0]}
     which = _mask(ctx, len(xs))
