@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections import Counter
@@ -108,8 +109,9 @@ def cmd_inspect(args) -> int:
     ops = Counter(op.type for b in program.blocks for op in b.ops)
     unsupported = sorted(t for t in ops if t not in fio.FEED_FETCH_OPS and not registry.has(t))
     params = fio.persistable_vars(program)
-    values = sum(int(np.prod(v.shape)) if all(d >= 0 for d in v.shape) else 0 for v in params)
-    nbytes = sum(int(np.prod(v.shape)) * dtypes.to_numpy(v.dtype).itemsize
+    # Python ints (math.prod): declared shapes may be huge ([2**40, 2**40]); int64 would wrap.
+    values = sum(math.prod(v.shape) if all(d >= 0 for d in v.shape) else 0 for v in params)
+    nbytes = sum(math.prod(v.shape) * dtypes.to_numpy(v.dtype).itemsize
                  for v in params if v.dtype and all(d >= 0 for d in v.shape))
     too_new = [(n, v) for n, v in program.op_version_map or () if n in ops and v > fio.SUPPORTED_OP_VERSIONS.get(n, 0)]
     info = {

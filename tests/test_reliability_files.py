@@ -62,6 +62,105 @@ def _key(state):
     return b"".join(state[n].tobytes() for n in sorted(state))
 
 
+# -- 13: hostile tensor headers ------------------------------------------------------------------------
+def _varint(n):
+    n &= (1 << 64) - 1                     # int64 fields: a negative number is ten bytes
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _stream(dims, dtype=5, lod=(), data=b""):
+    """A tensor stream with any header (a TensorDesc encoded by hand: protobuf refuses unknown enums)."""
+    raw = b"\x08" + _varint(dtype) + b"".join(b"\x10" + _varint(d) for d in dims)
+    parts = [struct.pack("<IQ", 0, len(lod))]
+    for level in lod:
+        parts.append(struct.pack("<Q", len(level) * 8) + b"".join(struct.pack("<Q", v) for v in level))
+    parts.append(struct.pack("<Ii", 0, len(raw)) + raw + data)
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize("dims", [[1] * 65, [0, 2 ** 63 - 1], [0] * 64 + [3], [2 ** 62, 2 ** 62, 0]])
+def test_impossible_shapes_are_tensor_format_errors(tmp_path, dims):
+    (tmp_path / "w").write_bytes(_stream(dims, data=b"\0" * 64))
+    var = fj.default_main_program().global_block().create_var("w", shape=[-1] * len(dims), persistable=True)
+    with pytest.raises(TensorFormatError) as info:
+        fio.load_vars(None, str(tmp_path), vars=[var])
+    assert info.value.variable == "w" and info.value.path.endswith("w")
+    assert "w" in str(info.value) and str(tmp_path) in str(info.value)
+
+
+def test_fuzzed_tensor_headers_raise_only_tensor_format_errors(tmp_path):
+    rng = random.Random(13)
+    specials = [0, 1, 2, 3, 7, -1, -2 ** 63, 2 ** 31, 2 ** 32 + 1, 2 ** 40, 2 ** 62, 2 ** 63 - 1]
+    dtypes_ = list(range(0, 32)) + [99, 2 ** 31 - 1]
+    path = str(tmp_path / "w")
+    block = fj.default_main_program().global_block()
+    free = {}
+    escaped = []
+    for i in range(600):
+        ndims = rng.choice([0, 1, 2, 3, 4, 63, 64, 65, 100])
+        dims = [rng.choice(specials) if rng.random() < 0.3 else rng.randint(0, 4) for _ in range(ndims)]
+        lod = []
+        for _ in range(rng.choice([0, 0, 1, 2, 3])):
+            size = rng.choice([0, 1, 2, 3, 5])
+            lod.append([rng.choice([0, 1, 2, 3, 2 ** 63, 2 ** 64 - 1]) for _ in range(size)])
+        data = bytes(rng.randrange(256) for _ in range(rng.choice([0, 4, 16, 64, 256])))
+        stream = _stream(dims, rng.choice(dtypes_), lod, data)
+        with open(path, "wb") as f:
+            f.write(stream)
+        if ndims not in free:
+            free[ndims] = block.create_var(f"v{ndims}", shape=[-1] * ndims, persistable=True)
+        var = free[ndims] if rng.random() < 0.8 else block.create_var(f"x{i}", shape=[2, 2], persistable=True)
+        os.replace(path, str(tmp_path / var.name))
+        try:
+            fio.load_vars(None, str(tmp_path), vars=[var], scope=fj.Scope())
+        except (TensorFormatError, ParameterMismatchError) as exc:
+            assert exc.path and exc.variable == var.name
+        except Exception as exc:  # noqa: BLE001 - the point of the test
+            escaped.append((dims, lod, repr(exc)[:200]))
+        try:
+            reader = ts.TensorReader(io.BytesIO(stream), "mem", len(stream))
+            reader.read_tensor("v")
+        except TensorFormatError:
+            pass
+        except Exception as exc:  # noqa: BLE001
+            escaped.append(("reader", dims, lod, repr(exc)[:200]))
+    assert not escaped, escaped[:5]
+
+
+def test_a_bfloat16_tensor_reads_back():
+    # Found by the fuzzer above: memoryview cannot cast an ml_dtypes buffer, so reading one failed
+    # with a plain ValueError (writing went through).
+    import ml_dtypes
+
+    value = np.arange(6, dtype=np.float32).reshape(2, 3).astype(ml_dtypes.bfloat16)
+    data = ts.tensor_to_bytes(value)
+    array, _ = ts.TensorReader(io.BytesIO(data), "mem", len(data)).read_tensor("w")
+    assert array.dtype == value.dtype and np.array_equal(array.astype(np.float32), value.astype(np.float32))
+
+
+# -- 14: huge declared sizes in `fluidjax inspect` -------------------------------------------------------
+def test_inspect_counts_huge_parameters_exactly(tmp_path, capsys):
+    from fluidjax.frontend import cli
+
+    main = fj.Program()
+    with fj.program_guard(main, fj.Program()):
+        x = layer.data("x", shape=[2 ** 40])
+        w = main.global_block().create_parameter("w", [2 ** 40, 2 ** 40], "float32")
+        y = layer.matmul(x, w) if hasattr(layer, "matmul") else layer.mul(x, w)
+    desc = fio.saved.inference_program_desc(main, ["x"], [y.name])
+    (tmp_path / "m.pdmodel").write_bytes(desc.SerializeToString())
+    assert cli.main(["inspect", str(tmp_path / "m"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["parameters"] == {"tensors": 1, "values": 2 ** 80, "bytes": 4 * 2 ** 80}
+    assert cli.main(["inspect", str(tmp_path / "m")]) == 0
+    assert f"{2 ** 80:,} values" in capsys.readouterr().out
+
+
 # -- 16: cond branches of different dtypes ------------------------------------------------------------------
 def test_cond_branches_of_different_dtypes_name_both_dtypes():
     with fj.program_guard(fj.Program(), fj.Program()):

@@ -32,6 +32,7 @@ from ...lowering.lod_tensor import lod_problem
 from ...proto import framework_pb2 as pb
 
 TENSOR_VERSION = 0          # the only LoDTensor / Tensor version Paddle 2.6 writes or reads
+MAX_DIMS = 64               # NumPy's limit on an array's dimensions (Paddle's own is 9)
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
@@ -61,7 +62,8 @@ def write_tensor(out: BinaryIO, array, lod: Sequence[Sequence[int]] = ()) -> Non
     desc = tensor_desc_bytes(name, data.shape)
     parts += [_U32.pack(TENSOR_VERSION), _I32.pack(len(desc)), desc]
     out.write(b"".join(parts))
-    out.write(memoryview(data.reshape(-1)).cast("B") if data.size else b"")
+    # Bytes through a uint8 view: a buffer of bfloat16 (ml_dtypes) cannot be cast by memoryview.
+    out.write(memoryview(data.reshape(-1).view(np.uint8)) if data.size else b"")
 
 
 def tensor_to_bytes(array, lod: Sequence[Sequence[int]] = ()) -> bytes:
@@ -172,6 +174,8 @@ class TensorReader:
         if not desc.HasField("data_type") or desc.data_type not in dtypes._NAME_OF_ENUM:
             raise self._fail(variable, f"TensorDesc has no tensor element type (data_type {desc.data_type})")
         shape = tuple(int(d) for d in desc.dims)
+        if len(shape) > MAX_DIMS:
+            raise self._fail(variable, f"TensorDesc has {len(shape)} dimensions; an array has at most {MAX_DIMS}")
         if any(d < 0 for d in shape):
             raise self._fail(variable, f"TensorDesc has a negative dimension: {list(shape)}")
         return dtypes.from_enum(desc.data_type), shape, lod
@@ -188,8 +192,11 @@ class TensorReader:
             raise self._fail(variable, f"truncated file: a {dtype} tensor of shape {list(shape)} needs {nbytes} "
                                        f"bytes of data, {self.remaining} are left")
         # Read straight into the array (allocated uninitialized: no zero-filling pass over it).
-        array = np.empty(shape, np_dtype)
-        got = self._f.readinto(memoryview(array.reshape(-1)).cast("B")) if nbytes else 0
+        try:
+            array = np.empty(shape, np_dtype)
+        except (ValueError, MemoryError) as exc:   # e.g. [0, 2**63-1]: no data, yet no array can have it
+            raise self._fail(variable, f"a {dtype} tensor of shape {list(shape)} cannot be made ({exc})") from None
+        got = self._f.readinto(memoryview(array.reshape(-1).view(np.uint8))) if nbytes else 0
         if got != nbytes:                    # the file shrank while we read it
             raise self._fail(variable, f"truncated file: the tensor data needs {nbytes} bytes, got {got}")
         self.pos += nbytes
