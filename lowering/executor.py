@@ -39,7 +39,7 @@ from .lower import ops_with_sub_blocks, run_ops
 from .parallel import CompiledProgram
 from .places import Place
 from .fetched import fetched_array
-from .scope import Scope, global_scope
+from .scope import Scope, global_scope, state_lock
 from .signals import deferred_signals
 
 # The classes of device arrays (the step's outputs and jax.device_put's results), named without
@@ -71,12 +71,9 @@ def _fetch_name(item) -> str:
     raise FeedError(f"fetch_list items must be Variables or variable names, got {item!r}")
 
 
-def _state_lock(scope: Scope) -> threading.RLock:
-    """The lock of ``scope``'s root: runs on one scope tree touch the same state, so they take turns."""
-    while scope.parent is not None:
-        scope = scope.parent
-    return scope._lock
-
+# The lock of ``scope``'s root: runs on one scope tree touch the same state, so they take turns,
+# with each other and with the saves and reads of that state (lowering/scope.py).
+_state_lock = state_lock
 
 # The state locks of the runs in progress on each thread (see Executor.run).
 _in_progress = threading.local()

@@ -189,6 +189,10 @@ class LoDTensor:
     (4, 2)
     """
 
+    # The state lock of the scope whose holder has this tensor (set by the holder; None when the
+    # tensor is in no scope): numpy() reads take turns with runs on it.
+    _state_lock = None
+
     def __init__(self, value: Any = None, lod: Sequence[Sequence[int]] | None = None) -> None:
         self._value = None if value is None else self._as_array(value)
         self._dims: tuple[int, ...] | None = None  # recorded by resize(); the value's shape wins
@@ -233,8 +237,11 @@ class LoDTensor:
         value = _on_place(self._as_array(value), place)
         self._check_fits(self._lod, tuple(np.shape(value)), "LoD",
                          f"set(data of shape {tuple(np.shape(value))}) keeps the LoD already set")
-        self._value = value
-        self._dims = None
+        if self._state_lock is None:
+            self._value, self._dims = value, None
+            return
+        with self._state_lock:          # between two runs on its scope (a run would overwrite it)
+            self._value, self._dims = value, None
 
     def value(self):
         """The held array (a ``jax.Array`` after a run), or None when nothing is held.
@@ -283,10 +290,18 @@ class LoDTensor:
     def numpy(self) -> np.ndarray:
         """The held value as a NumPy array (a ``ValueError`` when it holds none).
 
+        A tensor held by a scope is read between two runs on that scope (under its state lock,
+        ``lowering/scope.py``): a run on another thread donates its state's buffers, so the array
+        ``value()`` returns may be deleted by the next run, while this NumPy array stays valid.
+
         >>> LoDTensor(np.arange(3)).numpy()
         array([0, 1, 2])
         """
-        return np.asarray(self.data())
+        lock = self._state_lock
+        if lock is None:
+            return np.asarray(self.data())
+        with lock:
+            return np.asarray(self.data())
 
     def __array__(self, dtype=None, copy=None):
         arr = self.numpy()
@@ -462,12 +477,18 @@ class LoDTensor:
         """Shape, dtype, LoD and device on the first line, then a short preview of the values."""
         from .display import tensor_text  # display only
 
-        return tensor_text(self)
+        if self._state_lock is None:
+            return tensor_text(self)
+        with self._state_lock:      # between two runs on its scope (a run donates its buffer)
+            return tensor_text(self)
 
     def _repr_html_(self) -> str:
         from .display import tensor_html
 
-        return tensor_html(self)
+        if self._state_lock is None:
+            return tensor_html(self)
+        with self._state_lock:
+            return tensor_html(self)
 
 
 # --------------------------------------------------------------------------------------------

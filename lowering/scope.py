@@ -20,10 +20,11 @@ _FACTORIES = {LoDTensor: LoDTensor, str: str, list: list, int: int, float: float
 class ScopeVariable:
     """A lazily-filled holder of one value of any kind."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, lock: "threading.RLock | None" = None) -> None:
         self.name = name
         self._kind: type | None = None
         self._value: Any = None
+        self._lock = lock     # its scope tree's state lock, handed to the LoDTensor it holds
 
     def is_initialized(self) -> bool:
         """Whether the holder holds a value yet."""
@@ -47,6 +48,8 @@ class ScopeVariable:
             factory = Scope if kind is Scope else _FACTORIES.get(kind, kind)
             self._value = factory()
             self._kind = kind
+            if kind is LoDTensor:
+                self._value._state_lock = self._lock   # its reads take turns with runs
         elif self._kind is not kind:
             raise TypeError(f"variable {self.name!r} holds a {self._kind.__name__}, not a {kind.__name__}")
         return self._value
@@ -61,6 +64,8 @@ class ScopeVariable:
 
     def set(self, value: Any) -> None:
         """Hold a plain value (a string, a list of ints ...), replacing what was held."""
+        if isinstance(value, LoDTensor):
+            value._state_lock = self._lock
         self._kind = type(value)
         self._value = value
 
@@ -80,14 +85,15 @@ class Scope:
         self.parent = parent
         self._vars: dict[str, ScopeVariable] = {}
         self._kids: list[Scope] = []
-        # Runs that use this scope tree's state take turns (the Executor takes the root's lock).
-        self._lock = threading.RLock()
+        # Runs, saves and reads of this scope tree's state take turns on one lock, the root's
+        # (see state_lock); a child scope shares it.
+        self._lock = parent._lock if parent is not None else threading.RLock()
 
     def var(self, name: str) -> ScopeVariable:
         """The holder ``name`` in this scope, created empty if missing here."""
         holder = self._vars.get(name)
         if holder is None:
-            holder = self._vars[name] = ScopeVariable(name)
+            holder = self._vars[name] = ScopeVariable(name, self._lock)
         return holder
 
     def find_var(self, name: str) -> ScopeVariable | None:
@@ -133,12 +139,29 @@ class Scope:
         """``<Scope N vars>``, then one line per variable: kind, shape, dtype, size."""
         from .display import scope_text  # display only
 
-        return scope_text(self)
+        with state_lock(self):      # the values between two runs (a run donates their buffers)
+            return scope_text(self)
 
     def _repr_html_(self) -> str:
         from .display import scope_html
 
-        return scope_html(self)
+        with state_lock(self):
+            return scope_html(self)
+
+
+def state_lock(scope: Scope) -> "threading.RLock":
+    """The lock on which everything that uses ``scope``'s state takes turns: the Executor's runs
+    (a run reads the state, donates its buffers to XLA and commits the new values), the saves of
+    ``fj.io`` (which copy every value out under it, so a save is one committed state), loads, and
+    reads of a held tensor (``np.asarray(scope.find_var(n).get_tensor())``). One lock per scope
+    tree: the root's. Re-entrant, so a thread that holds it may read and run.
+
+    >>> # with state_lock(scope):      # several reads that see one state, between two runs
+    >>> #     w, b = (np.array(scope.find_var(n).get_tensor()) for n in ("fc_0.w_0", "fc_0.b_0"))
+    """
+    while scope.parent is not None:
+        scope = scope.parent
+    return scope._lock
 
 
 _global_scope = Scope()

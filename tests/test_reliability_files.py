@@ -62,6 +62,85 @@ def _key(state):
     return b"".join(state[n].tobytes() for n in sorted(state))
 
 
+# -- 7: saves and reads take their turn with runs ----------------------------------------------------
+def test_saves_and_reads_while_another_thread_trains_see_committed_states(tmp_path):
+    main, startup, cost = _mlp()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    feed = _batch()
+    exe.run(main, feed=feed, fetch_list=[cost], scope=scope)          # compile before the race
+    names = _persistables(main)
+    states = [_state(main, scope)]
+    stop, failures = threading.Event(), []
+
+    def train():
+        try:
+            while not stop.is_set():
+                exe.run(main, feed=feed, fetch_list=[cost], scope=scope)
+                states.append(_state(main, scope))     # only this thread runs: this is the committed state
+        except BaseException as exc:                   # pragma: no cover - reported below
+            failures.append(exc)
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    saved, reads = [], []
+    try:
+        for i in range(40):
+            path = str(tmp_path / f"ck{i}")
+            if i % 2:
+                fio.save_persistables(exe, path, main, filename="all", scope=scope)
+            else:
+                fio.save_persistables(exe, path, main, scope=scope)
+            saved.append((path, "all" if i % 2 else None))
+            for name in names[i % len(names)::3]:
+                reads.append((name, np.asarray(scope.find_var(name).get_tensor()).copy()))
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        trainer.join()
+    assert not failures, failures
+    assert len(states) > 20, "the training thread hardly ran"
+    known = {_key(s): k for k, s in enumerate(states)}
+    steps = []
+    for path, filename in saved:
+        loaded = fj.Scope()
+        fio.load_persistables(None, path, main, filename=filename, scope=loaded)
+        key = _key(_state(main, loaded))
+        assert key in known, f"{path} is not the state after any step (a torn save)"
+        steps.append(known[key])
+    assert len(set(steps)) > 1, "every save saw the same step: no overlap with training was tested"
+    for name, value in reads:
+        assert any(np.array_equal(value, s[name]) for s in states), name
+
+
+def test_a_load_while_another_thread_trains_is_applied_between_two_runs(tmp_path):
+    main, startup, cost = _mlp()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    feed = _batch()
+    fio.save_persistables(exe, str(tmp_path / "init"), main, scope=scope)
+    exe.run(main, feed=feed, fetch_list=[cost], scope=scope)
+    stop, failures = threading.Event(), []
+
+    def train():
+        try:
+            while not stop.is_set():
+                exe.run(main, feed=feed, fetch_list=[cost], scope=scope)
+        except BaseException as exc:                   # pragma: no cover - reported below
+            failures.append(exc)
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    try:
+        for _ in range(20):
+            fio.load_persistables(exe, str(tmp_path / "init"), main, scope=scope)
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        trainer.join()
+    assert not failures, failures
+
+
 # -- 13: hostile tensor headers ------------------------------------------------------------------------
 def _varint(n):
     n &= (1 << 64) - 1                     # int64 fields: a negative number is ten bytes

@@ -25,7 +25,7 @@ from ...ir.variable import Variable
 from ...lowering.context import make_key
 from ...lowering.lod_tensor import LoDTensor
 from ...lowering.lower import run_ops
-from ...lowering.scope import Scope, global_scope
+from ...lowering.scope import Scope, global_scope, state_lock
 from .checks import FEED_FETCH_OPS, check_program, names_of
 
 
@@ -108,13 +108,14 @@ def export_program(program: Program, feed_vars, fetch_vars, scope: Scope | None 
         raise FeedError("export needs at least one fetch variable")
     ops, param_names = inference_ops(program, feed_names, fetch_names)
     params = {}
-    for name in param_names:
-        holder = scope.find_var(name)
-        tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
-        if tensor is None or not tensor._is_initialized():
-            raise UninitializedVariableError(f"variable {name!r} has no value in the scope: load or initialize "
-                                             "the parameters before exporting")
-        params[name] = np.asarray(tensor.value())
+    with state_lock(scope):          # one committed state, between two runs on the scope
+        for name in param_names:
+            holder = scope.find_var(name)
+            tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
+            if tensor is None or not tensor._is_initialized():
+                raise UninitializedVariableError(f"variable {name!r} has no value in the scope: load or "
+                                                 "initialize the parameters before exporting")
+            params[name] = np.asarray(tensor.value())
     specs = symbolic_feed_specs(program, feed_names)
 
     def inference(*feeds):

@@ -36,7 +36,7 @@ from ...ir.program import Program, default_main_program
 from ...ir.serialize import program_from_proto, program_to_proto
 from ...ir.variable import Variable
 from ...lowering.lod_tensor import LoDTensor
-from ...lowering.scope import Scope, global_scope
+from ...lowering.scope import Scope, global_scope, state_lock
 from ...proto import framework_pb2 as pb
 from ..passes import optimize_inference
 from .checks import FEED_FETCH_OPS, SUPPORTED_OP_VERSIONS, check_program, names_of
@@ -150,13 +150,15 @@ def _scope_value(scope: Scope, name: str) -> tuple[np.ndarray, list[list[int]]]:
 
 
 def _set_scope_values(scope: Scope, values: dict[str, tuple[np.ndarray, list]]) -> None:
-    """Write loaded tensors into ``scope`` (all were read and checked before: a bad file changes nothing)."""
-    for name, (array, lod) in values.items():
-        tensor = scope.var(name).get_mutable(LoDTensor)
-        tensor.set_lod([])
-        tensor.set(array)
-        if lod:
-            tensor.set_lod(lod)
+    """Write loaded tensors into ``scope`` (all were read and checked before: a bad file changes
+    nothing), all between two runs on the scope (under its state lock)."""
+    with state_lock(scope):
+        for name, (array, lod) in values.items():
+            tensor = scope.var(name).get_mutable(LoDTensor)
+            tensor.set_lod([])
+            tensor.set(array)
+            if lod:
+                tensor.set_lod(lod)
 
 
 def _safe_join(dirname: str, name: str) -> str:
@@ -171,7 +173,11 @@ def _safe_join(dirname: str, name: str) -> str:
 # -- tensors to and from files --------------------------------------------------------------------
 def _write_vars(files: AtomicFiles, scope: Scope, names: Sequence[str], dirname: str,
                 filename: str | None) -> None:
-    values = {n: _scope_value(scope, n) for n in names}   # every value first: a missing one saves nothing
+    # Every value first (a missing one saves nothing), copied out between two runs on the scope
+    # (under its state lock: a run donates its state's buffers), so one save is one committed state.
+    # The files are written after the lock is released.
+    with state_lock(scope):
+        values = {n: _scope_value(scope, n) for n in names}
     if filename is None:
         for name in names:
             files.write(_safe_join(dirname, name), lambda f, v=values[name]: write_tensor(f, *v))
