@@ -121,7 +121,7 @@ def test_convert_both_ways(model, tmp_path):
     prefix, params = model
     folder = tmp_path / "perfile"
     _cli("convert", prefix, folder)
-    assert sorted(os.listdir(folder)) == sorted(["__model__", *params])
+    assert sorted(os.listdir(folder)) == sorted([".fluidjax_manifest", "__model__", *params])
     # Paddle reads the per-variable files (its `load` op) of the converted directory.
     paddle.enable_static()
     program = paddle.static.Program.parse_from_string((folder / "__model__").read_bytes())

@@ -129,7 +129,8 @@ def test_paddle_loads_our_inference_model_and_computes_the_same(tmp_path):
     exe = _train_fj(img, label, loss)
     prefix = str(tmp_path / "cnn" / "inference")
     fio.save_inference_model(prefix, [img], [prob], exe)
-    assert sorted(os.listdir(tmp_path / "cnn")) == ["inference.pdiparams", "inference.pdmodel"]
+    # (and the manifest that keeps the two one save: frontend/io/atomic.py)
+    assert sorted(os.listdir(tmp_path / "cnn")) == [".fluidjax_manifest", "inference.pdiparams", "inference.pdmodel"]
     xs = _rng(5).random((3, 1, 8, 8), dtype=np.float32)
     test_prog = fj.default_main_program().clone(for_test=True)
     want, = exe.run(test_prog, feed={"img": xs}, fetch_list=[prob.name])
@@ -359,7 +360,7 @@ def test_save_params_saves_parameters_only(tmp_path):
     exe = fj.Executor()
     exe.run(fj.default_startup_program())
     fio.save_params(exe, str(tmp_path))
-    assert sorted(os.listdir(tmp_path)) == ["fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"]
+    assert sorted(os.listdir(tmp_path)) == [".fluidjax_manifest", "fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"]
     scope = fj.Scope()
     fio.load_params(exe, str(tmp_path), scope=scope)
     np.testing.assert_array_equal(np.asarray(scope.find_var("fc_1.w_0").get_tensor()),
@@ -500,8 +501,8 @@ def test_deploy_notebook_runs(tmp_path):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs)
     assert "unsupported ops: none" in text and "x: float32 [-1, 8]" in text
-    assert sorted(os.listdir(tmp_path / "deploy")) == ["classifier.pdiparams", "classifier.pdmodel",
-                                                       "classifier.stablehlo"]
+    assert sorted(os.listdir(tmp_path / "deploy")) == [".fluidjax_manifest", "classifier.pdiparams",
+                                                       "classifier.pdmodel", "classifier.stablehlo"]
     # The files the notebook wrote are Paddle's format: Paddle loads and runs them.
     program, feeds, fetches = paddle.static.load_inference_model(str(tmp_path / "deploy" / "classifier"), _pexe())
     xs = _rng(8).random((4, 8), dtype=np.float32)

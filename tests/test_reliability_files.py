@@ -141,6 +141,270 @@ def test_a_load_while_another_thread_trains_is_applied_between_two_runs(tmp_path
     assert not failures, failures
 
 
+# -- 8: a kill never tears a checkpoint ------------------------------------------------------------------
+def _build(n_vars):
+    """A program of ``n_vars`` parameters w0000... of shape [4], all added to the input x."""
+    main = fj.Program()
+    with fj.program_guard(main, fj.Program()), fj.unique_name.guard():
+        x = layer.data("x", shape=[4])
+        block = main.global_block()
+        y = x
+        for i in range(n_vars):
+            y = y + block.create_parameter(f"w{i:04d}", [4], "float32")
+    return main, x, y
+
+
+def _fill(scope, n_vars, generation):
+    for i in range(n_vars):
+        scope.var(f"w{i:04d}").get_tensor().set(np.full(4, generation, np.float32))
+
+
+def _save(kind, target, n_vars, program, x, y, scope):
+    if kind == "per-file":
+        fio.save_persistables(None, target, program, scope=scope)
+    elif kind == "combined":
+        fio.save_persistables(None, target, program, filename="params", scope=scope)
+    else:
+        fio.save_inference_model(os.path.join(target, "model"), [x], [y], None, program=program, scope=scope)
+
+
+def _load_generations(kind, target, n_vars, program):
+    scope = fj.Scope()
+    if kind == "per-file":
+        fio.load_persistables(None, target, program, scope=scope)
+    elif kind == "combined":
+        fio.load_persistables(None, target, program, filename="params", scope=scope)
+    else:
+        fio.load_inference_model(os.path.join(target, "model"), None, scope=scope)
+    return {float(np.asarray(scope.find_var(f"w{i:04d}").get_tensor())[0]) for i in range(n_vars)}
+
+
+def _expected_files(kind, n_vars):
+    if kind == "per-file":
+        return {f"w{i:04d}" for i in range(n_vars)} | {MANIFEST}
+    if kind == "combined":
+        return {"params", MANIFEST}
+    return {"model.pdmodel", "model.pdiparams", MANIFEST}
+
+
+def _saver(kind, target, n_vars, program, x, y, generation, kill):
+    """Save generation after generation (printing each one done); after the first, optionally
+    kill this process at the N-th call of ``os.replace`` or ``os.fsync`` (``replace:N``, ``fsync:N``)."""
+    scope = fj.Scope()
+    armed = False
+    if kill != "none":
+        call, n = kill.split(":")
+        real, count = getattr(os, call), [0]
+
+        def hooked(*args, **kwargs):
+            if armed:
+                count[0] += 1
+                if count[0] == int(n):
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return real(*args, **kwargs)
+
+        setattr(os, call, hooked)
+    print("start", os.getpid(), flush=True)
+    for generation in range(generation, generation + 50):
+        _fill(scope, n_vars, generation)
+        _save(kind, target, n_vars, program, x, y, scope)
+        print("done", generation, flush=True)
+        armed = True
+
+
+def _zygote(kind, target, n_vars):
+    """The child of the kill tests: imports fluidjax and builds the program once, then forks one
+    saver per line ``generation kill`` read from stdin (JAX is imported, never started: the savers
+    only write NumPy values), and reaps it."""
+    program, x, y = _build(n_vars)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        generation, kill = line.split()
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _saver(kind, target, n_vars, program, x, y, int(generation), kill)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        print("reaped", flush=True)
+
+
+def _kill_rounds(tmp_path, kind, n_vars, rounds, seed):
+    """Save over an existing checkpoint in a child process and SIGKILL it ``rounds`` times: two in
+    three inside the save at a chosen call of os.replace or os.fsync, one in three at a random moment.
+    After each kill a load must give exactly the last complete save or the interrupted one, and the
+    next save must leave only the checkpoint's own files. Returns how many loads gave each."""
+    rng = random.Random(seed)
+    target = str(tmp_path / "ckpt")
+    program, x, y = _build(n_vars)
+    files_per_save = n_vars if kind == "per-file" else (1 if kind == "combined" else 2)
+    generation, outcomes = 0, {"old": 0, "new": 0}
+    save_time = None
+    zygote = subprocess.Popen([sys.executable, os.path.abspath(__file__), "zygote", kind, target, str(n_vars)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    saver = None
+    try:
+        assert zygote.stdout.readline().strip() == "ready"
+        for round_ in range(rounds):
+            mode = ["replace", "fsync", "none"][round_ % 3]
+            kill = "none" if mode == "none" else f"{mode}:{rng.randint(1, files_per_save + 3)}"
+            zygote.stdin.write(f"{generation} {kill}\n")
+            zygote.stdin.flush()
+            word, pid = zygote.stdout.readline().split()
+            assert word == "start"
+            saver = int(pid)
+            begin = time.perf_counter()
+            word, first = zygote.stdout.readline().split()   # one complete save over the old checkpoint
+            assert word == "done"
+            save_time = save_time or time.perf_counter() - begin
+            if mode == "none":
+                time.sleep(rng.uniform(0.0, 1.2 * save_time))
+                os.kill(saver, signal.SIGKILL)
+            # else it kills itself inside the next save
+            finished = [int(first)]
+            while (line := zygote.stdout.readline().split()) != ["reaped"]:
+                assert line and line[0] == "done", line
+                finished.append(int(line[1]))
+            saver = None
+            done = max(finished)
+            found = _load_generations(kind, target, n_vars, program)
+            assert len(found) == 1, f"round {round_} ({kill}): a load mixes generations {sorted(found)}"
+            loaded = found.pop()
+            assert loaded in (done, done + 1), (round_, kill, loaded, done)
+            outcomes["old" if loaded == done else "new"] += 1
+            # The next save (here) finishes or discards what the killed one left, and leaves no stray.
+            generation = int(loaded) + 1
+            scope = fj.Scope()
+            _fill(scope, n_vars, generation)
+            _save(kind, target, n_vars, program, x, y, scope)
+            assert set(os.listdir(target)) == _expected_files(kind, n_vars), round_
+            assert _load_generations(kind, target, n_vars, program) == {generation}
+            generation += 1
+    finally:
+        if saver is not None:
+            try:
+                os.kill(saver, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        zygote.stdin.close()
+        zygote.kill()
+        zygote.wait()
+    return outcomes
+
+
+def test_a_per_variable_checkpoint_killed_while_saving_loads_whole(tmp_path):
+    outcomes = _kill_rounds(tmp_path, "per-file", n_vars=150, rounds=6, seed=0)
+    assert sum(outcomes.values()) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,n_vars,rounds", [("per-file", 2000, 21), ("combined", 2000, 9),
+                                                ("inference", 200, 9)])
+def test_checkpoints_killed_at_random_moments_load_whole(tmp_path, kind, n_vars, rounds):
+    outcomes = _kill_rounds(tmp_path, kind, n_vars, rounds, seed=1)
+    print(kind, n_vars, "variables,", rounds, "kills: the load gave", outcomes)
+    assert sum(outcomes.values()) == rounds
+
+
+def test_combined_and_inference_saves_killed_while_saving_load_whole(tmp_path):
+    for kind in ("combined", "inference"):
+        _kill_rounds(tmp_path / kind, kind, n_vars=20, rounds=3, seed=2)
+
+
+def _small_checkpoint(tmp_path, n_vars=3):
+    program, x, y = _build(n_vars)
+    scope = fj.Scope()
+    _fill(scope, n_vars, 1)
+    target = str(tmp_path / "ck")
+    fio.save_persistables(None, target, program, scope=scope)
+    return program, target
+
+
+def test_a_directory_with_files_from_two_saves_is_refused(tmp_path):
+    program, target = _small_checkpoint(tmp_path)
+    assert MANIFEST in os.listdir(target)
+    # Another program rewrites one file in place (as Paddle's save op does), the others stay ours.
+    time.sleep(0.01)
+    with open(os.path.join(target, "w0001"), "wb") as f:
+        ts.write_tensor(f, np.full(4, 2, np.float32))
+    with pytest.raises(TensorFormatError, match="different saves") as info:
+        fio.load_persistables(None, target, program, scope=fj.Scope())
+    assert "w0001" in str(info.value) and MANIFEST in str(info.value)
+    # Without the manifest the files load as they are (a Paddle directory).
+    os.remove(os.path.join(target, MANIFEST))
+    fio.load_persistables(None, target, program, scope=fj.Scope())
+
+
+def test_a_directory_rewritten_whole_by_another_program_loads(tmp_path):
+    program, target = _small_checkpoint(tmp_path)
+    time.sleep(0.01)
+    for i in range(3):                 # every file rewritten, one of them with the same value
+        with open(os.path.join(target, f"w{i:04d}"), "wb") as f:
+            ts.write_tensor(f, np.full(4, 1 if i == 0 else 2, np.float32))
+    scope = fj.Scope()
+    fio.load_persistables(None, target, program, scope=scope)
+    assert float(np.asarray(scope.find_var("w0002").get_tensor())[0]) == 2
+
+
+def test_a_corrupted_file_is_refused_and_a_copied_directory_verifies(tmp_path):
+    import shutil
+
+    program, target = _small_checkpoint(tmp_path)
+    copy = str(tmp_path / "copy")
+    shutil.copytree(target, copy)                  # new inodes, same bytes: still verified
+    fio.load_persistables(None, copy, program, scope=fj.Scope())
+    path = os.path.join(target, "w0002")
+    st = os.stat(path)
+    data = bytearray(open(path, "rb").read())
+    data[-1] ^= 1
+    with open(path, "r+b") as f:                   # the same inode, a flipped bit, the old mtime
+        f.write(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(TensorFormatError, match="w0002.*(checksum|changed)"):
+        fio.load_persistables(None, target, program, scope=fj.Scope())
+
+
+def test_strays_of_dead_savers_are_removed_and_live_ones_kept(tmp_path):
+    program, target = _small_checkpoint(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    from fluidjax.frontend.io import atomic
+
+    stray = atomic.temp_name(os.path.join(target, "w0000"), pid=dead.pid)
+    live = atomic.temp_name(os.path.join(target, "w0001"), pid=os.getppid())
+    for p in (stray, live):
+        open(p, "wb").write(b"partial")
+    scope = fj.Scope()
+    _fill(scope, 3, 2)
+    fio.save_persistables(None, target, program, scope=scope)
+    left = set(os.listdir(target))
+    assert os.path.basename(stray) not in left and os.path.basename(live) in left
+
+
+def test_paddle_reads_a_checkpoint_directory_with_its_manifest(tmp_path):
+    import paddle  # noqa: E402  (after fluidjax)
+
+    program, x, y = _build(3)
+    scope = fj.Scope()
+    _fill(scope, 3, 7)
+    target = str(tmp_path / "ck")
+    fio.save_persistables(None, target, program, scope=scope)
+    paddle.enable_static()
+    p_main = paddle.static.Program()
+    with paddle.static.program_guard(p_main, paddle.static.Program()):
+        ws = [paddle.static.create_parameter([4], "float32", name=f"w{i:04d}") for i in range(3)]
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    p_scope = paddle.static.Scope()
+    with paddle.static.scope_guard(p_scope):
+        paddle.static.load_vars(exe, target, p_main, vars=ws)
+        got = [np.array(p_scope.find_var(w.name).get_tensor()) for w in ws]
+    assert all((g == 7).all() for g in got)
+    state = paddle.static.load_program_state(target)          # reads every file as a tensor
+    assert all((state[f"w{i:04d}"] == 7).all() for i in range(3))
+
+
 # -- 13: hostile tensor headers ------------------------------------------------------------------------
 def _varint(n):
     n &= (1 << 64) - 1                     # int64 fields: a negative number is ten bytes
@@ -240,6 +504,32 @@ def test_inspect_counts_huge_parameters_exactly(tmp_path, capsys):
     assert f"{2 ** 80:,} values" in capsys.readouterr().out
 
 
+# -- 15: file modes follow the umask ----------------------------------------------------------------------
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_saved_files_follow_the_umask(tmp_path, umask):
+    program, x, y = _build(2)
+    scope = fj.Scope()
+    _fill(scope, 2, 1)
+    want = 0o666 & ~umask
+    old = os.umask(umask)
+    try:
+        ck, comb, model = str(tmp_path / "ck"), str(tmp_path / "comb"), str(tmp_path / "inf" / "m")
+        os.makedirs(comb)
+        open(os.path.join(comb, "params"), "wb").close()
+        os.chmod(os.path.join(comb, "params"), 0o644)             # replaced: takes the umask's mode too
+        fio.save_persistables(None, ck, program, scope=scope)
+        fio.save_persistables(None, comb, program, filename="params", scope=scope)
+        fio.save_inference_model(model, [x], [y], None, program=program, scope=scope)
+        fio.save_persistables(None, ck, program, scope=scope)      # over the first save
+        paths = [os.path.join(ck, n) for n in os.listdir(ck)] + [os.path.join(comb, n) for n in os.listdir(comb)] \
+            + [model + ".pdmodel", model + ".pdiparams", os.path.join(os.path.dirname(model), MANIFEST)]
+    finally:
+        os.umask(old)
+    modes = {os.path.relpath(p, tmp_path): oct(stat.S_IMODE(os.stat(p).st_mode)) for p in paths}
+    assert set(modes.values()) == {oct(want)}, modes
+    assert stat.S_IMODE(os.stat(ck).st_mode) == 0o777 & ~umask
+
+
 # -- 16: cond branches of different dtypes ------------------------------------------------------------------
 def test_cond_branches_of_different_dtypes_name_both_dtypes():
     with fj.program_guard(fj.Program(), fj.Program()):
@@ -298,3 +588,7 @@ def test_a_bad_cond_pred_is_a_typed_error_that_is_still_a_type_error():
             assert isinstance(info.value, TypeError), pred
     for name in ("LoDError", "LoDTypeError", "InputTypeError"):
         assert name in fj.__all__ and issubclass(getattr(fj, name), fj.FluidJaxError)
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "zygote":
+    _zygote(sys.argv[2], sys.argv[3], int(sys.argv[4]))

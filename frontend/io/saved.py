@@ -25,8 +25,7 @@ previous file intact. The tensor layout itself is in :mod:`fluidjax.frontend.io.
 from __future__ import annotations
 
 import os
-import tempfile
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -39,6 +38,7 @@ from ...lowering.lod_tensor import LoDTensor
 from ...lowering.scope import Scope, global_scope, state_lock
 from ...proto import framework_pb2 as pb
 from ..passes import optimize_inference
+from .atomic import AtomicFiles, ManifestCheck, read_verified
 from .checks import FEED_FETCH_OPS, SUPPORTED_OP_VERSIONS, check_program, names_of
 from .export import export_program
 from .tensor_stream import TensorReader, describe_foreign, refuse_pickle, write_tensor
@@ -57,66 +57,6 @@ _T = registry.ATTR_TYPES
 
 MODEL_SUFFIX, PARAMS_SUFFIX = ".pdmodel", ".pdiparams"
 LEGACY_MODEL_FILE = "__model__"
-
-
-# -- atomic files -------------------------------------------------------------------------------
-class AtomicFiles:
-    """Files written to temporaries in their target's directory and renamed over the targets only
-    when all of them are complete and fsynced: a crash before :meth:`commit` leaves the previous
-    files as they were (and at most a stray ``.<name>.*.tmp``)."""
-
-    def __init__(self) -> None:
-        self._pending: list[tuple[str, str]] = []
-
-    def write(self, path: str, fill: Callable[[Any], None]) -> None:
-        """Write ``path``'s new content with ``fill(file)`` into a temporary file."""
-        path = os.path.abspath(path)
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
-        if os.path.isdir(path):
-            raise IsADirectoryError(f"cannot save to {path}: it is a directory")
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                fill(f)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        self._pending.append((tmp, path))
-
-    def commit(self) -> None:
-        """Rename every temporary over its target, then fsync the directories."""
-        folders = set()
-        for tmp, path in self._pending:
-            os.replace(tmp, path)
-            folders.add(os.path.dirname(path))
-        self._pending = []
-        for folder in folders:
-            _fsync_dir(folder)
-
-    def abort(self) -> None:
-        """Remove the temporaries (the targets were never touched)."""
-        for tmp, _ in self._pending:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        self._pending = []
-
-
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # -- variables ----------------------------------------------------------------------------------
@@ -178,6 +118,7 @@ def _write_vars(files: AtomicFiles, scope: Scope, names: Sequence[str], dirname:
     # The files are written after the lock is released.
     with state_lock(scope):
         values = {n: _scope_value(scope, n) for n in names}
+    files.set_root(dirname)       # one save into dirname: kept whole by its manifest (atomic.py)
     if filename is None:
         for name in names:
             files.write(_safe_join(dirname, name), lambda f, v=values[name]: write_tensor(f, *v))
@@ -188,9 +129,9 @@ def _write_vars(files: AtomicFiles, scope: Scope, names: Sequence[str], dirname:
         files.write(os.path.join(dirname, filename), fill)
 
 
-def _open_checked(path: str, what: str):
+def _open_checked(path: str, what: str, check: ManifestCheck | None = None):
     try:
-        f = open(path, "rb")
+        f = open(path, "rb") if check is None else check.open(path)
     except FileNotFoundError:
         raise TensorFormatError(f"{path}: no such file ({what})", path=path) from None
     except IsADirectoryError:
@@ -198,9 +139,10 @@ def _open_checked(path: str, what: str):
     return f
 
 
-def _read_combined(path: str, variables: Sequence[Variable]) -> dict[str, tuple[np.ndarray, list]]:
+def _read_combined(path: str, variables: Sequence[Variable],
+                   check: ManifestCheck | None = None) -> dict[str, tuple[np.ndarray, list]]:
     values = {}
-    with _open_checked(path, "a combined parameters file") as f:
+    with _open_checked(path, "a combined parameters file", check) as f:
         reader = TensorReader(f, path, os.fstat(f.fileno()).st_size)
         reader.check_not_foreign()
         for var in variables:
@@ -213,11 +155,12 @@ def _read_combined(path: str, variables: Sequence[Variable]) -> dict[str, tuple[
     return values
 
 
-def _read_separate(dirname: str, variables: Sequence[Variable]) -> dict[str, tuple[np.ndarray, list]]:
+def _read_separate(dirname: str, variables: Sequence[Variable],
+                   check: ManifestCheck | None = None) -> dict[str, tuple[np.ndarray, list]]:
     values = {}
     for var in variables:
         path = _safe_join(dirname, var.name)
-        with _open_checked(path, f"the saved value of variable {var.name!r}") as f:
+        with _open_checked(path, f"the saved value of variable {var.name!r}", check) as f:
             reader = TensorReader(f, path, os.fstat(f.fileno()).st_size)
             values[var.name] = reader.read_tensor(var.name, (var.dtype, var.shape))
             if not reader.at_end():
@@ -264,9 +207,10 @@ def load_vars(executor, dirname: str, main_program: Program | None = None, vars:
         variables = [v if isinstance(v, Variable) else block.var(v) for v in
                      (vars if not isinstance(vars, (str, Variable)) else [vars])]
     if filename is None:
-        values = _read_separate(dirname, variables)
+        values = read_verified(dirname, lambda check: _read_separate(dirname, variables, check))
     else:
-        values = _read_combined(os.path.join(dirname, filename), sorted(variables, key=lambda v: v.name))
+        ordered = sorted(variables, key=lambda v: v.name)
+        values = read_verified(dirname, lambda check: _read_combined(os.path.join(dirname, filename), ordered, check))
     _set_scope_values(scope, values)
 
 
@@ -488,11 +432,11 @@ _PIR_HINT = ("Paddle 3's PIR programs (.json) are not read by fluidjax; save the
              "Paddle 3 and FLAGS_enable_pir_api=0, to get a .pdmodel")
 
 
-def read_program(path: str) -> Program:
+def read_program(path: str, check: ManifestCheck | None = None) -> Program:
     """Parse a saved program file (``.pdmodel``, ``__model__``); a pickle or any other format is a
-    typed error naming the file."""
+    typed error naming the file. ``check``: the load's manifest check (see :mod:`.atomic`)."""
     try:
-        with open(path, "rb") as f:
+        with (open(path, "rb") if check is None else check.open(path)) as f:
             data = f.read()
     except FileNotFoundError:
         pir = path[:-len(MODEL_SUFFIX)] + ".json" if path.endswith(MODEL_SUFFIX) else None
@@ -580,15 +524,22 @@ def load_inference_model(path_prefix: str, executor=None, model_filename: str | 
     del executor
     scope = global_scope() if scope is None else scope
     model, dirname, params = resolve_model_paths(path_prefix, model_filename, params_filename)
-    program = read_program(model)
-    check_program(program, model)
-    variables = _program_vars(program, _is_saved)
-    if variables:
+
+    def read(check: ManifestCheck):
+        program = read_program(model, check)
+        check_program(program, model)
+        variables = _program_vars(program, _is_saved)
+        if not variables:
+            return program, None
         if dirname is None:
             raise TensorFormatError(f"{model}: the program has {len(variables)} persistable variables, but there "
                                     f"is no parameters file {path_prefix + PARAMS_SUFFIX}")
-        values = (_read_combined(os.path.join(dirname, params), variables) if params is not None
-                  else _read_separate(dirname, variables))
+        return program, (_read_combined(os.path.join(dirname, params), variables, check) if params is not None
+                         else _read_separate(dirname, variables, check))
+
+    # The model and its parameters as one save (the saving directory's manifest, see atomic.py).
+    program, values = read_verified(dirname or os.path.dirname(os.path.abspath(model)), read)
+    if values is not None:
         _set_scope_values(scope, values)
     feeds = feed_target_names(program)
     if optimize:
