@@ -22,6 +22,7 @@ from .control_flow_layers import *  # noqa: E402,F401,F403
 from .dynamic_rnn import *  # noqa: E402,F401,F403
 from .rnn_layers import *  # noqa: E402,F401,F403
 from .rnn_cells import *  # noqa: E402,F401,F403
+from .decoding import *  # noqa: E402,F401,F403
 from .lr_decay_layers import *  # noqa: E402,F401,F403
 
 

@@ -1,11 +1,13 @@
 """Fluid 1.6–1.8's cell API, written as a Fluid script would: ``layers.GRUCell`` / ``LSTMCell``,
-``layers.rnn(cell, ...)`` (masking by ``sequence_length``, reverse, time-major, nested states).
+``layers.rnn(cell, ...)`` (masking by ``sequence_length``, reverse, time-major, nested states),
+``layers.BeamSearchDecoder`` + ``layers.dynamic_decode``.
 
 Oracles: a NumPy/JAX transcription of Fluid 1.8's rules (the basic GRU/LSTM units, ``rnn``'s
-mask that holds a finished row's states) with the same
+mask that holds a finished row's states, the beam search step and ``gather_tree``) with the same
 parameters; ``jax.grad`` of that transcription for gradients; Paddle 2.6.2 running the same
 program bytes for the forward of ``rnn`` (its ``recurrent``, ``matmul``, ``sequence_mask`` and
-``flip`` kernels).
+``flip`` kernels); Paddle 2.6.2's own ``BeamSearchDecoder`` + ``dynamic_decode`` (Fluid 1.8's
+code, moved to ``paddle.nn``) over the same GRU unit and parameters.
 """
 
 from __future__ import annotations
@@ -301,3 +303,252 @@ def test_gru_encoder_decoder_trains():
     losses = [float(exe.run(main, feed=feed, fetch_list=[avg])[0]) for _ in range(12)]
     assert np.all(np.isfinite(losses))
     assert losses[-1] < 0.7 * losses[0], losses
+
+
+# -- beam search decoding ----------------------------------------------------------------------------
+_BEAM, _START, _END = 3, 0, 1
+
+
+def _beam_program(max_step_num, cell_kind="gru"):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        enc = fluid.data("enc", [None, _H], "float32")
+        cell = layers.GRUCell(_H) if cell_kind == "gru" else layers.LSTMCell(_H)
+        inits = enc if cell_kind == "gru" else [enc, enc]
+        decoder = layers.BeamSearchDecoder(
+            cell, start_token=_START, end_token=_END, beam_size=_BEAM,
+            embedding_fn=lambda ids: fluid.embedding(ids, size=[_V, _E], param_attr=fluid.ParamAttr(name="emb")),
+            output_fn=lambda h: layers.fc(h, size=_V, num_flatten_dims=2, param_attr=fluid.ParamAttr(name="out_w"),
+                                          bias_attr=fluid.ParamAttr(name="out_b")))
+        ids, states, lengths = layers.dynamic_decode(decoder, inits=inits, max_step_num=max_step_num,
+                                                     return_length=True)
+    return main, startup, ids, states, lengths
+
+
+def _np_beam_search(p, enc, max_step_num, step_fn, state):
+    """Fluid 1.8's BeamSearchDecoder + dynamic_decode in NumPy (float64); returns the
+    backtracked ids [batch, steps, beam] and the lengths [batch, beam]."""
+    batch = enc.shape[0]
+    tile = lambda a: np.repeat(a[:, None], _BEAM, axis=1)                         # noqa: E731
+    state = [tile(s) for s in state]
+    log_probs = np.tile(np.array([[0.0] + [-1e9] * (_BEAM - 1)]), (batch, 1))
+    finished = np.zeros((batch, _BEAM), bool)
+    lengths = np.zeros((batch, _BEAM), np.int64)
+    tokens = np.full((batch, _BEAM), _START)
+    all_ids, all_parents = [], []
+    for _ in range(max_step_num + 1):
+        flat = [s.reshape(batch * _BEAM, -1) for s in state]
+        out, new = step_fn(p["emb"][tokens].reshape(batch * _BEAM, -1), flat)
+        logits = (out @ p["out_w"] + p["out_b"]).reshape(batch, _BEAM, _V)
+        z = logits - logits.max(-1, keepdims=True)
+        step_lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        noend = np.full(_V, -1e9)
+        noend[_END] = 0.0
+        step_lp = np.where(finished[..., None], noend, step_lp)
+        scores = (step_lp + log_probs[..., None]).reshape(batch, -1)
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :_BEAM]
+        parents, tokens = top // _V, top % _V
+        rows = np.arange(batch)[:, None]
+        log_probs = scores[rows, top]
+        state = [n.reshape(batch, _BEAM, -1)[rows, parents] for n in new]
+        prev_finished = finished[rows, parents]
+        lengths = lengths[rows, parents] + ~prev_finished
+        finished = prev_finished | (tokens == _END)
+        all_ids.append(tokens)
+        all_parents.append(parents)
+        if finished.all():
+            break
+    ids, parents = np.array(all_ids), np.array(all_parents)            # [steps, batch, beam]
+    out = np.empty_like(ids)
+    out[-1] = ids[-1]
+    parent = parents[-1]
+    for t in range(len(ids) - 2, -1, -1):
+        out[t] = np.take_along_axis(ids[t], parent, axis=1)
+        parent = np.take_along_axis(parents[t], parent, axis=1)
+    return out.transpose(1, 0, 2), lengths
+
+
+def _np_gru(p, prefix):
+    sig = lambda v: 1 / (1 + np.exp(-v))                                          # noqa: E731
+
+    def step(x, state):
+        h = state[0]
+        g = sig(np.concatenate([x, h], 1) @ p[prefix + ".w_0"] + p[prefix + ".b_0"])
+        r, u = np.split(g, 2, axis=1)
+        c = np.tanh(np.concatenate([x, r * h], 1) @ p[prefix + ".w_1"] + p[prefix + ".b_1"])
+        new = u * h + (1 - u) * c
+        return new, [new]
+    return step
+
+
+def _paddle_beam_search(p, enc, max_step_num, prefix="GRUCell/BasicGRUUnit_0"):
+    """The same decoder in Paddle 2.6.2: ``paddle.nn.BeamSearchDecoder`` + ``dynamic_decode`` in
+    static mode (Fluid 1.8's code, moved) over a cell doing Fluid's GRU unit with our parameters."""
+    import paddle
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        enc_v = paddle.static.data("enc", [None, _H], "float32")
+        params = {n: paddle.static.create_parameter(list(v.shape), "float32", name=n) for n, v in p.items()}
+
+        class Cell(paddle.nn.RNNCellBase):
+            def forward(self, x, h):
+                gates = paddle.nn.functional.sigmoid(
+                    paddle.matmul(paddle.concat([x, h], 1), params[prefix + ".w_0"]) + params[prefix + ".b_0"])
+                r, u = paddle.split(gates, 2, axis=1)
+                c = paddle.tanh(paddle.matmul(paddle.concat([x, r * h], 1), params[prefix + ".w_1"])
+                                + params[prefix + ".b_1"])
+                new = u * h + (1 - u) * c
+                return new, new
+
+        decoder = paddle.nn.BeamSearchDecoder(
+            Cell(), _START, _END, _BEAM, embedding_fn=lambda ids: paddle.nn.functional.embedding(ids, params["emb"]),
+            output_fn=lambda h: paddle.matmul(h, params["out_w"]) + params["out_b"])
+        ids, _, lengths = paddle.nn.dynamic_decode(decoder, inits=enc_v, max_step_num=max_step_num,
+                                                   return_length=True)
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        for name, value in p.items():
+            scope.var(name).get_tensor().set(value, paddle.CPUPlace())
+        return paddle.static.Executor(paddle.CPUPlace()).run(main, feed={"enc": enc}, fetch_list=[ids, lengths])
+
+
+@pytest.mark.parametrize("end_bias,max_step_num", [(0.0, 6), (2.5, 30)], ids=["capped", "every-beam-ends"])
+def test_beam_search_decoder_matches_numpy_beam_search(end_bias, max_step_num):
+    rng = np.random.default_rng(6)
+    main, startup, ids, _, lengths = _beam_program(max_step_num)
+    exe = fluid.Executor()
+    exe.run(startup)
+    p = _params(main, rng)
+    p["out_b"][_END] += end_bias                 # make beams end before the bound (or not)
+    fluid.global_scope().var("out_b").get_mutable(fluid.LoDTensor).set(p["out_b"])
+    enc = rng.normal(size=(4, _H)).astype("float32")
+    got_ids, got_lengths = exe.run(main, feed={"enc": enc}, fetch_list=[ids, lengths])
+    p64 = {k: v.astype(np.float64) for k, v in p.items()}
+    want_ids, want_lengths = _np_beam_search(p64, enc.astype(np.float64), max_step_num,
+                                             _np_gru(p64, "GRUCell/BasicGRUUnit_0"), [enc.astype(np.float64)])
+    steps = want_ids.shape[1]
+    assert got_ids.shape == (4, max_step_num + 1, _BEAM)
+    np.testing.assert_array_equal(got_ids[:, :steps], want_ids)
+    np.testing.assert_array_equal(got_lengths, want_lengths)
+    # Steps after every beam ended (Fluid's loop stops there) hold end_token.
+    assert np.all(got_ids[:, steps:] == _END)
+    # Paddle 2.6.2's BeamSearchDecoder (Fluid's, moved to paddle.nn) decodes the same.
+    paddle_ids, paddle_lengths = _paddle_beam_search(p, enc, max_step_num)
+    assert paddle_ids.shape == (4, steps, _BEAM)
+    np.testing.assert_array_equal(got_ids[:, :steps], paddle_ids)
+    np.testing.assert_array_equal(got_lengths, paddle_lengths)
+    if end_bias:
+        assert steps < max_step_num + 1          # the loop did stop early
+    else:
+        assert steps == max_step_num + 1
+
+
+def test_beam_search_with_lstm_cell_states_and_time_major_output():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        enc = fluid.data("enc", [None, _H], "float32")
+        cell = layers.LSTMCell(_H)
+        decoder = layers.BeamSearchDecoder(cell, _START, _END, _BEAM,
+                                           embedding_fn=lambda ids: fluid.embedding(ids, size=[_V, _E]),
+                                           output_fn=lambda h: layers.fc(h, size=_V, num_flatten_dims=2))
+        ids, states = layers.dynamic_decode(decoder, inits=[enc, enc], max_step_num=4, output_time_major=True)
+    exe = fluid.Executor()
+    exe.run(startup)
+    got = exe.run(main, feed={"enc": np.ones((2, _H), "float32")},
+                  fetch_list=[ids, states.cell_states[0], states.cell_states[1], states.log_probs])
+    assert got[0].shape == (5, 2, _BEAM) and got[1].shape == got[2].shape == (2, _BEAM, _H)
+    assert np.all(np.diff(got[3], axis=1) <= 0)          # beams stay sorted by score
+
+
+def test_tile_beam_merge_with_batch():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", [None, None, 2], "float32")
+        tiled = layers.BeamSearchDecoder.tile_beam_merge_with_batch(x, 3)
+    xs = np.arange(2 * 4 * 2, dtype="float32").reshape(2, 4, 2)
+    got, = fluid.Executor().run(main, feed={"x": xs}, fetch_list=[tiled])
+    np.testing.assert_array_equal(got, np.repeat(xs, 3, axis=0))
+
+
+def test_dynamic_decode_needs_a_bound():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        enc = fluid.data("enc", [None, _H], "float32")
+        decoder = layers.BeamSearchDecoder(layers.GRUCell(_H), _START, _END, _BEAM)
+        with pytest.raises(ValueError, match="max_step_num is required"):
+            layers.dynamic_decode(decoder, inits=enc)
+
+
+def _teacher_forced(use_decoder: bool):
+    """x -> GRU with teacher forcing (BasicDecoder + TrainingHelper in dynamic_decode, or rnn)
+    -> mean square of the outputs, with its backward; the same parameter names either way."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.data("x", [None, _T, _D], "float32")
+        lengths = fluid.data("lengths", [None], "int64")
+        h0 = fluid.data("h0", [None, _H], "float32")
+        cell = layers.GRUCell(_H)
+        if use_decoder:
+            decoder = layers.BasicDecoder(cell, layers.TrainingHelper(x, lengths))
+            outputs, final, decoded = layers.dynamic_decode(decoder, inits=h0, max_step_num=_T - 1,
+                                                            impute_finished=True, return_length=True)
+            out, extra = outputs.cell_outputs, [outputs.sample_ids, decoded]
+        else:
+            out, final = layers.rnn(cell, x, initial_states=h0, sequence_length=lengths)
+            extra = []
+        loss = layers.reduce_mean(layers.square(out)) + layers.reduce_mean(final)
+        fluid.append_backward(loss)
+    return main, startup, [out, final, loss] + extra
+
+
+def test_basic_decoder_with_training_helper_is_rnn_with_teacher_forcing():
+    """With impute_finished, a TrainingHelper decoder is Fluid's rnn with lengths: the same
+    outputs (states held past a row's end, outputs not masked), final states and gradients."""
+    rng = np.random.default_rng(7)
+    feed = {"x": rng.normal(size=(_B, _T, _D)).astype("float32"), "lengths": np.array([_T, 3, 1]),
+            "h0": rng.normal(size=(_B, _H)).astype("float32")}
+    results = []
+    for use_decoder in (True, False):
+        main, startup, fetch = _teacher_forced(use_decoder)
+        scope = fluid.Scope()
+        exe = fluid.Executor()
+        exe.run(startup, scope=scope)
+        p = _params(main, np.random.default_rng(0), scope)
+        names = sorted(p)
+        results.append(exe.run(main, feed=feed, fetch_list=fetch + [n + "@GRAD" for n in names], scope=scope))
+    (out, final, loss, ids, decoded, *grads), (want_out, want_final, want_loss, *want_grads) = results
+    assert out.shape == (_B, _T, _H) and ids.shape == (_B, _T)
+    np.testing.assert_array_equal(decoded, [_T, 3, 1])
+    np.testing.assert_array_equal(ids, np.argmax(want_out, axis=-1))
+    for got, want in zip([out, final, loss] + grads, [want_out, want_final, want_loss] + want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_basic_decoder_greedy_matches_numpy():
+    rng = np.random.default_rng(8)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        enc = fluid.data("enc", [None, _H], "float32")
+        start = fluid.data("start", [None], "int64")
+        helper = layers.GreedyEmbeddingHelper(
+            lambda ids: fluid.embedding(ids, size=[_V, _E], param_attr=fluid.ParamAttr(name="emb")), start, _END)
+        decoder = layers.BasicDecoder(layers.GRUCell(_H), helper, output_fn=lambda h: layers.fc(
+            h, size=_V, param_attr=fluid.ParamAttr(name="out_w"), bias_attr=fluid.ParamAttr(name="out_b")))
+        outputs, _ = layers.dynamic_decode(decoder, inits=enc, max_step_num=7)
+    exe = fluid.Executor()
+    exe.run(startup)
+    p = _params(main, rng)
+    enc_v = rng.normal(size=(4, _H)).astype("float32")
+    ids, = exe.run(main, feed={"enc": enc_v, "start": np.zeros(4, "int64")}, fetch_list=[outputs.sample_ids])
+    step = _np_gru(p, "GRUCell/BasicGRUUnit_0")
+    h, tokens, finished, want = enc_v, np.zeros(4, int), np.zeros(4, bool), []
+    for _ in range(8):
+        out, (h,) = step(p["emb"][tokens], [h])
+        tokens = np.argmax(out @ p["out_w"] + p["out_b"], axis=-1)
+        want.append(tokens)
+        finished |= tokens == _END
+        if finished.all():
+            break
+    want = np.array(want).T
+    np.testing.assert_array_equal(ids[:, :want.shape[1]], want)
+    assert np.all(ids[:, want.shape[1]:] == 0)             # past the loop's end: zeros (Fluid stops there)

@@ -14,15 +14,20 @@ of each.
 Inside a step the kept count is data: the outputs have the static capacity ``sources ×
 beam_size`` (padded to a bucket) and carry the count in their offsets
 (``docs/ops_data_dependent.md``); ``parent_idx`` is held as plain rows with a count, cut on fetch.
+
+``gather_tree`` (at the end) is the backtrace of Fluid 1.8's dense ``BeamSearchDecoder``: whole
+sequences from [time, batch, beam] step ids and parent beams.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
+from ..checks import IndexInput, index_inputs
 from ..lod_value import LoDValue, bucket
 from ..lower import lod_aware
 
@@ -141,3 +146,44 @@ def beam_search(ctx):
 
 
 lod_aware("beam_search")
+
+
+# -- gather_tree --------------------------------------------------------------------------------------
+# Fluid 1.8's BeamSearchDecoder (layers.dynamic_decode) backtracks its time-major step ids along the
+# chosen parent beams with this op (Paddle: phi/kernels/cpu/gather_tree_kernel.cc).
+def _gather_tree_shape(ctx: InferShapeContext) -> None:
+    ids, parents = ctx.input("Ids"), ctx.input("Parents")
+    ctx.check(ids.dtype in ("int32", "int64"), f"Ids must hold int32 or int64 ids, got {ids.dtype}")
+    ctx.check(parents.dtype == ids.dtype, f"Parents must have Ids' dtype {ids.dtype}, got {parents.dtype}")
+    ctx.check(ids.ndim == 3, f"Ids must be [max_time, batch, beam], got {list(ids.shape)}")
+    ctx.check(parents.ndim == 3 and all(a == b or a < 0 or b < 0 for a, b in zip(ids.shape, parents.shape)),
+              f"Parents {list(parents.shape)} must have Ids' shape {list(ids.shape)}")
+    ctx.set_output("Out", ids.shape, ids.dtype, 0)
+
+
+@op("gather_tree", inputs="Ids Parents", outputs="Out", infer_shape=_gather_tree_shape, grad=None)
+def gather_tree(ctx):
+    """Whole sequences from beam search steps: ``Out[T-1] = Ids[T-1]``, and going back each
+    (batch, beam) follows its parents, ``Out[t, b, k] = Ids[t, b, p_t]`` with
+    ``p_{T-1} = Parents[T-1, b, k]`` and ``p_{t-1} = Parents[t, b, p_t]``. Ids and Parents are
+    [max_time, batch, beam]. A parent outside [0, beam) is an error in Paddle; here it is clipped,
+    and ``FLAGS_check_index`` reports it."""
+    ids, parents = jnp.asarray(ctx.input("Ids")), jnp.asarray(ctx.input("Parents"))
+    if ids.shape[0] == 0:
+        return {"Out": ids}
+    beam = ids.shape[2]
+
+    def back(parent, step):
+        step_ids, step_parents = step
+        index = jnp.clip(parent, 0, beam - 1).astype(jnp.int32)
+        return (jnp.take_along_axis(step_parents, index, axis=1),
+                jnp.take_along_axis(step_ids, index, axis=1))
+
+    _, earlier = jax.lax.scan(back, parents[-1], (ids[:-1], parents[:-1]), reverse=True)
+    return {"Out": jnp.concatenate([earlier, ids[-1:]], axis=0)}
+
+
+@index_inputs("gather_tree")
+def _gather_tree_indices(attr, shape):
+    beam = shape("Ids")[-1]
+    return [IndexInput("Parents", beam)] if beam >= 0 else []

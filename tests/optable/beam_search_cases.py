@@ -5,7 +5,7 @@ rows whose count is data) is compared in ``tests/test_beam_search.py``."""
 
 import numpy as np
 
-from . import Case, rand
+from . import Case, rand, randint
 
 _LOD = [[2, 2], [1, 1, 1, 1]]
 _PRE_IDS = np.array([[3], [0], [5], [2]], "int64")          # row 1 is finished (end_id 0)
@@ -48,3 +48,16 @@ def _check_decode(case):
 
 
 CASES.append(Case("beam_search_decode", check=_check_decode))
+
+
+def _gather_tree_row(name, steps, batch, beam, dtype):
+    ids = randint(steps, batch, beam, high=20, dtype=dtype)
+    parents = randint(steps, batch, beam, high=beam, dtype=dtype)
+    return Case("gather_tree", {"Ids": ids, "Parents": parents}, grad=(), batch_dims=(), name=name)
+
+
+CASES += [
+    _gather_tree_row("int64", 5, 3, 4, "int64"),
+    _gather_tree_row("int32", 4, 2, 3, "int32"),
+    _gather_tree_row("one-step", 1, 2, 3, "int64"),
+]
