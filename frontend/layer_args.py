@@ -38,7 +38,7 @@ def with_fluid_spellings(fn: Callable) -> Callable:
         for fluid, seeds in renames.items():
             if fluid in kwargs:
                 if seeds in kwargs:
-                    raise TypeError(f"{fn.__name__}: give {seeds}= or Fluid's {fluid}=, not both")
+                    raise ValueError(f"{fn.__name__}: give {seeds}= or Fluid's {fluid}=, not both")
                 kwargs[seeds] = kwargs.pop(fluid)
         return fn(*args, **kwargs)
 

@@ -75,7 +75,7 @@ def test_fluid_keyword_spellings_build_the_same_ops():
         x = fluid.layers.data("x", shape=[4])
         a = fluid.layers.fc(input=x, size=3, act="relu")
         b = fluid.layers.fc(x, output_size=3, activation="relu")
-        with pytest.raises(TypeError, match="not both"):
+        with pytest.raises(ValueError, match="not both"):
             fluid.layers.fc(x, size=3, output_size=3)
         img = fluid.layers.data("img", shape=[1, 8, 8])
         conv = fluid.layers.conv2d(input=img, num_filters=2, filter_size=3, act="relu")

@@ -237,7 +237,9 @@ def test_padding_never_reaches_the_layout_ops():
     together = exe.run(main, feed={"x": _lod_tensor(big, [big_lengths])}, fetch_list=fetch, scope=scope)
     np.testing.assert_array_equal(alone[0][:5], together[0][:5])          # unpadded rows of sequences 0-2
     np.testing.assert_array_equal(alone[1][:4], together[1][:4])          # their slices (2 + 0 + 2 rows)
-    np.testing.assert_array_equal(alone[2][:3], together[2][:3])          # their pooled rows
+    # their pooled rows: XLA may sum a differently sized batch in another order (an ulp); a leak
+    # of padding would differ by far more
+    np.testing.assert_allclose(alone[2][:3], together[2][:3], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(alone[3][:5], together[3][:5], rtol=1e-6)  # their gradient rows
     params = {p.name: np.asarray(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
     theirs = _run_in_paddle(main, {"x": small}, {"x": [small_lengths]}, fetch, params)
