@@ -40,11 +40,13 @@ def _image_shape(n, c, hw, channel_last: bool):
 
 
 def _pairs(values, name: str, n: int = 2) -> list[int]:
+    """``values`` as one int per spatial dim (a single value stands for all ``n``)."""
     values = [int(v) for v in values]
     if len(values) == 1:
         values = values * n
     if len(values) != n:
-        raise ValueError(f"{name} needs {n} values (height, width), got {values}")
+        dims = "(height, width)" if n == 2 else "(depth, height, width)" if n == 3 else "per spatial dim"
+        raise ValueError(f"{name} needs {n} values {dims}, got {values}")
     return values
 
 
@@ -301,20 +303,6 @@ def depthwise_conv2d_transpose(ctx):
 
 
 # -- conv3d / conv3d_transpose ---------------------------------------------------------------------
-def _triple(values, name: str, n: int = 3) -> list[int]:
-    values = [int(v) for v in values]
-    if len(values) == 1:
-        values = values * n
-    if len(values) != n:
-        raise ValueError(f"{name} needs {n} values, got {values}")
-    return values
-
-
-def _nd_padding(paddings, algorithm: str, in_sizes, ksize, strides, dilations):
-    """Paddle's UpdatePaddingAndDilation for n spatial dims (:func:`_resolve_padding`'s rule)."""
-    return _resolve_padding(paddings, algorithm, in_sizes, ksize, strides, dilations)
-
-
 def _layout3d(fmt: str) -> bool:
     """Whether a 3-D data_format is channel-last."""
     return fmt == "NDHWC"
@@ -339,9 +327,9 @@ def _check_3d_attrs(ctx: InferShapeContext) -> None:
 
 def _conv3d_geometry(x_shape, w_shape, attrs):
     last = _layout3d(attrs["data_format"])
-    strides = _triple(attrs["strides"], "strides")
-    pads, dil = _nd_padding(attrs["paddings"], attrs["padding_algorithm"], _spatial3d(x_shape, last),
-                            w_shape[2:], strides, _triple(attrs["dilations"], "dilations"))
+    strides = _pairs(attrs["strides"], "strides", 3)
+    pads, dil = _resolve_padding(attrs["paddings"], attrs["padding_algorithm"], _spatial3d(x_shape, last),
+                            w_shape[2:], strides, _pairs(attrs["dilations"], "dilations", 3))
     return last, strides, pads, dil
 
 
@@ -382,17 +370,17 @@ def conv3d(ctx):
 
 def _conv3d_transpose_geometry(x_shape, w_shape, attrs):
     last = _layout3d(attrs["data_format"])
-    strides = _triple(attrs["strides"], "strides")
+    strides = _pairs(attrs["strides"], "strides", 3)
     in_sizes = _spatial3d(x_shape, last)
     ksize = w_shape[2:]
-    pads, dil = _nd_padding(attrs["paddings"], attrs["padding_algorithm"], in_sizes, ksize, strides,
-                            _triple(attrs["dilations"], "dilations"))
+    pads, dil = _resolve_padding(attrs["paddings"], attrs["padding_algorithm"], in_sizes, ksize, strides,
+                            _pairs(attrs["dilations"], "dilations", 3))
     natural = [-1 if n < 0 or p[0] < 0 else (n - 1) * s - p[0] - p[1] + d * (k - 1) + 1
                for n, k, s, d, p in zip(in_sizes, ksize, strides, dil, pads)]
     if attrs.get("output_size"):
-        out = _triple(attrs["output_size"], "output_size")
+        out = _pairs(attrs["output_size"], "output_size", 3)
     elif attrs.get("output_padding"):
-        out = [n + e if n >= 0 else -1 for n, e in zip(natural, _triple(attrs["output_padding"], "output_padding"))]
+        out = [n + e if n >= 0 else -1 for n, e in zip(natural, _pairs(attrs["output_padding"], "output_padding", 3))]
     else:
         out = natural
     return last, strides, pads, dil, out, natural

@@ -14,26 +14,28 @@ from jax import lax
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
 from .conv import (_channel_last, _channels, _check_3d_attrs, _check_algorithm, _image3d, _image_shape,
-                   _layout3d, _nd_padding, _pairs, _resolve_padding, _spatial, _spatial3d, _triple)
+                   _layout3d, _pairs, _resolve_padding, _spatial, _spatial3d)
 
 
 # -- pool2d ----------------------------------------------------------------------------------------
-def _pool_geometry(in_hw, attrs):
-    """(ksize, strides, [(top, bottom), (left, right)], output spatial dims) of a pool2d."""
-    ksize = _pairs(attrs["ksize"], "ksize")
-    strides = _pairs(attrs["strides"], "strides")
+def _pool_geometry(in_sizes, attrs):
+    """(ksize, strides, [(before, after)] per spatial dim, output spatial dims) of a pool2d or
+    pool3d (Paddle's rules, in as many dims as ``in_sizes`` has)."""
+    n = len(in_sizes)
+    ksize = _pairs(attrs["ksize"], "ksize", n)
+    strides = _pairs(attrs["strides"], "strides", n)
     paddings = attrs["paddings"]
     if attrs.get("global_pooling"):
-        ksize = list(in_hw)
-        paddings = [0, 0]
+        ksize = list(in_sizes)
+        paddings = [0] * n
     if attrs.get("adaptive"):
-        return ksize, strides, [(0, 0), (0, 0)], list(ksize)
-    pads, _ = _resolve_padding(paddings, attrs.get("padding_algorithm") or "EXPLICIT", in_hw, ksize, strides,
-                               [1, 1])
+        return ksize, strides, [(0, 0)] * n, list(ksize)
+    pads, _ = _resolve_padding(paddings, attrs.get("padding_algorithm") or "EXPLICIT", in_sizes, ksize, strides,
+                               [1] * n)
     if attrs.get("global_pooling"):
-        pads = [(0, 0), (0, 0)]
+        pads = [(0, 0)] * n
     out = []
-    for size, k, s, p in zip(in_hw, ksize, strides, pads):
+    for size, k, s, p in zip(in_sizes, ksize, strides, pads):
         if size < 0 or k < 0 or p[0] < 0:
             out.append(-1)
         elif attrs.get("ceil_mode"):
@@ -154,31 +156,6 @@ _POOL3D_NAMES = ("ksize", "strides", "paddings", "ceil_mode", "exclusive", "glob
                  "padding_algorithm")
 
 
-def _pool3d_geometry(in_sizes, attrs):
-    """(ksize, strides, pads, output sizes) of a pool3d (Paddle's pool2d rules in 3 dims)."""
-    ksize = _triple(attrs["ksize"], "ksize")
-    strides = _triple(attrs["strides"], "strides")
-    paddings = attrs["paddings"]
-    if attrs.get("global_pooling"):
-        ksize = list(in_sizes)
-        paddings = [0, 0, 0]
-    if attrs.get("adaptive"):
-        return ksize, strides, [(0, 0)] * 3, list(ksize)
-    pads, _ = _nd_padding(paddings, attrs.get("padding_algorithm") or "EXPLICIT", in_sizes, ksize, strides,
-                          [1, 1, 1])
-    if attrs.get("global_pooling"):
-        pads = [(0, 0)] * 3
-    out = []
-    for size, k, s, p in zip(in_sizes, ksize, strides, pads):
-        if size < 0 or k < 0 or p[0] < 0:
-            out.append(-1)
-        elif attrs.get("ceil_mode"):
-            out.append((size + p[0] + p[1] - k + s - 1) // s + 1)
-        else:
-            out.append((size + p[0] + p[1] - k) // s + 1)
-    return ksize, strides, pads, out
-
-
 def _pool3d_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     _check_3d_attrs(ctx)
@@ -186,7 +163,7 @@ def _pool3d_shape(ctx: InferShapeContext) -> None:
               f"pooling_type must be 'max' or 'avg', got {ctx.attr('pooling_type')!r}")
     ctx.check(x.ndim == 5, f"X must be 5-D ({ctx.attr('data_format')}), got {x.shape}")
     last = _layout3d(ctx.attr("data_format"))
-    _, _, _, out = _pool3d_geometry(_spatial3d(x.shape, last), {k: ctx.attr(k) for k in _POOL3D_NAMES})
+    _, _, _, out = _pool_geometry(_spatial3d(x.shape, last), {k: ctx.attr(k) for k in _POOL3D_NAMES})
     ctx.check(all(d > 0 or d == -1 for d in out), f"the output would be empty ({out})")
     ctx.set_output("Out", _image3d(x.shape[0], x.shape[4] if last else x.shape[1], out, last), x.dtype, 0)
 
@@ -204,7 +181,7 @@ def pool3d(ctx):
     kind = ctx.attr("pooling_type")
     axes = (1, 2, 3) if last else (2, 3, 4)
     in_sizes = _spatial3d(x.shape, last)
-    ksize, strides, pads, out = _pool3d_geometry(in_sizes, {k: ctx.attr(k) for k in _POOL3D_NAMES})
+    ksize, strides, pads, out = _pool_geometry(in_sizes, {k: ctx.attr(k) for k in _POOL3D_NAMES})
     if ctx.attr("adaptive"):
         return {"Out": _adaptive_pool(x, axes, out, kind)}
     return {"Out": pool_windows(x, axes, in_sizes, ksize, strides, pads, out, kind, ctx.attr("exclusive"))}
