@@ -210,7 +210,7 @@ def test_autoincreased_step_counter_and_create_global_var():
 
 
 def test_learning_rate_scheduler_module():
-    from fluidjax.frontend import learning_rate_scheduler as lrs
+    import fluidjax.layers.learning_rate_scheduler as lrs
 
     for name in lrs.__all__:
         assert getattr(lrs, name) is getattr(fluid.layers, name)
@@ -387,7 +387,7 @@ def test_backward_then_apply_gradients():
 def test_adam_with_variable_betas():
     """Fluid 1.x's Adam takes beta1/beta2 Variables (a schedule of the program): Beta1Tensor /
     Beta2Tensor inputs; Paddle runs the program the same."""
-    from fluidjax.frontend.learning_rate_scheduler import _decay_step_counter
+    from fluidjax.layers.learning_rate_scheduler import _decay_step_counter
 
     def make():
         step = _decay_step_counter()

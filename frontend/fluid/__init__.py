@@ -18,7 +18,7 @@ from ...ir import unique_name
 from ...lowering import lod_tensor
 from .. import (clip, data_feeder, initializer, io, layers, nets, optimizer, param_attr, reader,
                 regularizer)
-from . import backward, compiler, core, dygraph, executor, framework, transpiler
+from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, transpiler
 
 __all__ = ["MODULE_PATHS", "SUBMODULE_PATHS"]
 
@@ -32,4 +32,4 @@ MODULE_PATHS: dict[str, ModuleType] = {
 
 # Paths below a module that is not a package (``fluidjax.layers.learning_rate_scheduler``):
 # installed as modules and as attributes of their parent.
-SUBMODULE_PATHS: dict[str, ModuleType] = {}
+SUBMODULE_PATHS: dict[str, ModuleType] = {"layers.learning_rate_scheduler": learning_rate_scheduler}
