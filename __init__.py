@@ -46,6 +46,8 @@ from .lowering.scope import scope_guard  # noqa: E402
 from .frontend import data_feeder, param_attr  # noqa: E402,F401
 
 Tensor = LoDTensor  # Fluid 1.x's name for a tensor without LoD
+from .frontend.data_loader import DataLoader, PyReader  # noqa: E402
+from .ir.errors import EOFException  # noqa: E402
 
 # Public module paths whose code lives in the four folders: `import fluidjax.io`,
 # `python -m fluidjax.distributed.launch`, `from fluidjax.reader import shuffle`, and Fluid's
@@ -55,6 +57,7 @@ for _name, _module in {"passes": passes, "distributed": distributed, "viz": _dra
                        **_fluid.MODULE_PATHS}.items():
     _sys.modules[f"{__name__}.{_name}"] = _module
     globals().setdefault(_name, _module)
+reader = _fluid.MODULE_PATHS["reader"]  # the decorators and Fluid's loaders
 for _name, _module in _fluid.SUBMODULE_PATHS.items():
     _sys.modules[f"{__name__}.{_name}"] = _module
     _parent, _, _leaf = _name.rpartition(".")
@@ -94,6 +97,7 @@ __all__ = [
     # Fluid 1.x's names
     "layers", "data", "core", "executor", "framework", "backward", "compiler", "io", "dygraph", "transpiler",
     "scope_guard", "name_scope", "in_dygraph_mode", "gradients", "NotOfferedError", "ExecutionStrategy",
-    "CUDAPinnedPlace", "cpu_places", "cuda_places", "is_compiled_with_cuda", "Tensor", "data_feeder",
+    "CUDAPinnedPlace", "cpu_places", "cuda_places", "is_compiled_with_cuda", "Tensor", "data_feeder", "DataLoader",
+    "PyReader", "EOFException",
     "param_attr",
 ]

@@ -17,6 +17,7 @@ import secrets
 import sys
 import threading
 import weakref
+from functools import partial
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -149,13 +150,17 @@ class Executor:
     def __init__(self, place: Place | None = None) -> None:
         self.place = place
         self._device = place.jax_device() if place is not None else None
-        self._plans: dict[tuple, _Plan] = {}
         self._runs: dict[int, int] = {}
         self._default_seed = secrets.randbits(31)
         self._lock = threading.RLock()   # guards the plan cache
-        # (program, version, feed names as given, fetch names, flags) -> plan: the per-call lookup.
-        self._calls: dict[tuple, _Plan] = {}
+        # The plans (and their compiled steps) live on the programs they run, under this token:
+        # a program the user drops takes its plans, their jitted functions and their executables
+        # with it (see _plan_store). The Executor only knows those programs weakly.
+        self._token = object()
+        self._programs: weakref.WeakSet = weakref.WeakSet()
+        weakref.finalize(self, _forget_plans, self._token, self._programs)
         self.trace_count = 0  # how many times a step function was traced (tests check caching)
+
 
     # -- public ---------------------------------------------------------------------------------
     def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
@@ -324,11 +329,11 @@ class Executor:
             except AttributeError:
                 fetch_names = tuple(_fetch_name(f) for f in fetch_list)   # raises the clear error
         # The hot path: one dict lookup finds the plan of a call seen before (same program version,
-        # feed names in the same order, fetches and flags).
+        # feed names in the same order, fetches and flags), in the program's own store.
         try:
-            plan = self._calls.get((program, program._version, tuple(feed), fetch_names, flags.mode))
-        except AttributeError:
-            raise TypeError(f"Executor.run expects a fluidjax Program, got {type(program).__name__}") from None
+            plan = program._executor_calls.get((self._token, program._version, tuple(feed), fetch_names, flags.mode))
+        except AttributeError:    # a program never run (the slow path makes its store) or not a program
+            plan = None
         if plan is None:
             plan = self._slow_plan(program, feed, fetch_names)
         program = plan.program                    # a CompiledProgram's own program
@@ -363,27 +368,39 @@ class Executor:
                 raise FeedError(f"feed keys must be variable names (str), got {name!r}")
         plan = self._plan(program, tuple(sorted(feed)), fetch_names)
         with self._lock:
-            if len(self._calls) > 4096:
-                self._calls.clear()
-            self._calls[(program, program._version, tuple(feed), fetch_names, flags.mode)] = plan
+            calls, _ = _plan_store(program)
+            if len(calls) > 4096:
+                calls.clear()
+            calls[(self._token, program._version, tuple(feed), fetch_names, flags.mode)] = plan
         return plan
 
     def close(self) -> None:
         """Forget compiled steps (kept for Paddle's API)."""
-        self._plans.clear()
-        self._calls.clear()
+        _forget_plans(self._token, self._programs)
+
+    @property
+    def _plans(self) -> dict[tuple, _Plan]:
+        """This Executor's plans of the programs still alive: (program uid, version, feed names,
+        fetch names, flags) -> plan (a snapshot; tests and the data-parallel step read it)."""
+        out = {}
+        for program in list(self._programs):
+            for key, plan in list(_plan_store(program)[1].items()):
+                if key[0] is self._token:
+                    out[(program._uid,) + key[1:]] = plan
+        return out
 
     # -- planning --------------------------------------------------------------------------------
     def _plan(self, program: Program, feed_names: tuple[str, ...], fetch_names: tuple[str, ...]) -> _Plan:
-        key = (program._uid, program._version, feed_names, fetch_names, flags.mode)
-        plan = self._plans.get(key)
+        key = (self._token, program._version, feed_names, fetch_names, flags.mode)
+        plan = _plan_store(program)[1].get(key)
         if plan is not None:
             return plan
         with self._lock:
             return self._new_plan(key, program, feed_names, fetch_names)
 
     def _new_plan(self, key, program: Program, feed_names, fetch_names) -> _Plan:
-        plan = self._plans.get(key)
+        calls, plans = _plan_store(program)
+        plan = plans.get(key)
         if plan is None:
             if program.__class__ is CompiledProgram:
                 plan = self._make_plan(program.program, feed_names, fetch_names)
@@ -393,11 +410,11 @@ class Executor:
                 plan.step = self._compile(plan)
             # A program changed since its older plans were made: they can never run again, so
             # free their compiled code (a notebook that builds and runs in turns would pile them up).
-            for old in [k for k in self._plans if k[0] == program._uid and k[1] != program._version]:
-                del self._plans[old]
-            for old in [k for k in self._calls if k[0] is program and k[1] != program._version]:
-                del self._calls[old]
-            self._plans[key] = plan
+            for store in (plans, calls):
+                for old in [k for k in store if k[0] is self._token and k[1] != program._version]:
+                    del store[old]
+            plans[key] = plan
+            self._programs.add(program)
         return plan
 
     def _make_plan(self, program: Program, feed_names, fetch_names) -> _Plan:
@@ -518,9 +535,13 @@ class Executor:
         fixed = plan.fixed_random_ops
         host_checked = plan.host_checked
 
+        executor = weakref.ref(self)   # the step lives on the program: it must not keep the Executor
+
         # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
         def step(mutable, const, feeds, seed):
-            self.trace_count += 1
+            exe = executor()
+            if exe is not None:
+                exe.trace_count += 1
             items = zip(names, const + mutable + feeds)
             env: dict[str, Any] = dict(items) if sharded is None else sharded.env(items)
             op_keys = None
@@ -599,7 +620,9 @@ class Executor:
             cached = ([found[n] for n in plan.mutable_state], [found[n] for n in plan.const_state], written)
             with self._lock:
                 plan.tensor_cache[scope] = cached
-        binding = (weakref.ref(scope),) + cached
+        # The binding holds the scope's tensors: it goes when the scope does (a dropped scope's
+        # arrays are freed while its program lives on).
+        binding = (weakref.ref(scope, partial(_unbind, weakref.ref(plan))),) + cached
         plan.last_scope = binding
         return binding
 
@@ -629,6 +652,35 @@ class Executor:
 # Ops of saved inference models that move data in and out of the program (Paddle's feed/fetch
 # lists); the Executor feeds and fetches by variable name, so it leaves them out of the step.
 FEED_FETCH_OPS = frozenset({"feed", "fetch"})
+
+
+def _unbind(plan_ref, scope_ref) -> None:
+    """A bound scope was collected: its plan forgets the binding (and the tensors it holds)."""
+    plan = plan_ref()
+    if plan is not None and plan.last_scope is not None and plan.last_scope[0] is scope_ref:
+        plan.last_scope = None
+
+
+def _plan_store(program) -> tuple[dict, dict]:
+    """``program``'s (calls, plans): the per-call lookup (executor token, version, feed names as
+    given, fetch names, flags) -> plan, and the plans by (token, version, sorted feed names, fetch
+    names, flags). Kept on the program (or CompiledProgram) so that they die with it; made on
+    first use."""
+    try:
+        return program._executor_calls, program._executor_plans
+    except AttributeError:
+        program._executor_calls, program._executor_plans = {}, {}
+        return program._executor_calls, program._executor_plans
+
+
+def _forget_plans(token, programs) -> None:
+    """Drop the plans an Executor (``token``) made on ``programs`` (at ``close()`` and when the
+    Executor is collected)."""
+    for program in list(programs):
+        for store in _plan_store(program):
+            for key in [k for k in store if k[0] is token]:
+                store.pop(key, None)
+    programs.clear()
 
 
 def _check_implemented(program: Program) -> None:

@@ -107,9 +107,6 @@ def test_places_return_list_and_errors_of_the_generator():
         DataLoader.from_generator(capacity=2)
 
 
-@pytest.mark.xfail(raises=FeedError, strict=False,
-                   reason="Executor.run takes a feed dict; Fluid's list with one dict per place needs it to take "
-                          "lists (lowering/executor.py)")
 def test_fluid_training_loop_feeds_the_yielded_list():
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
@@ -156,9 +153,6 @@ def test_non_iterable_loader_start_next_feed_eof_reset():
     assert issubclass(EOFException, EOFError)
 
 
-@pytest.mark.xfail(raises=FeedError, strict=False,
-                   reason="an Executor run without a feed does not yet read Program._fluidjax_feed_source "
-                          "(lowering/executor.py)")
 def test_non_iterable_loader_feeds_runs_without_a_feed():
     main, _, feed_list, total = _program()
     loader = DataLoader.from_generator(feed_list=feed_list, capacity=2, iterable=False)

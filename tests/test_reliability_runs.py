@@ -157,3 +157,53 @@ def test_deferred_signal_delivery_survives_a_handler_that_runs():
         assert len(ran) == 2
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+# -- item 10: dropped programs and scopes are freed ---------------------------------------------------
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_dropped_programs_and_scopes_are_freed_while_the_executor_lives():
+    exe = fj.Executor()
+    programs, scopes = [], []
+
+    def one(i):
+        main, startup, cost = _sgd_mlp(width=64 + i % 3)
+        scope = fj.Scope()
+        exe.run(startup, scope=scope)
+        exe.run(main, feed=FEED, fetch_list=[cost], scope=scope)
+        exe.run(main, feed={"x": FEED["x"][:3]}, fetch_list=[cost], scope=scope)
+        programs.extend([weakref.ref(main), weakref.ref(startup)])
+        scopes.append(weakref.ref(scope))
+
+    for i in range(5):
+        one(i)
+    gc.collect()
+    before = _rss()
+    for i in range(5, 35):
+        one(i)
+    gc.collect()
+    alive = [r for r in programs + scopes if r() is not None]
+    assert not alive, f"{len(alive)} of {len(programs) + len(scopes)} dropped programs/scopes are still alive"
+    growth = _rss() - before
+    assert growth < 100 * 2**20, f"RSS grew by {growth / 2**20:.0f} MiB over 30 dropped programs"
+    exe.close()
+
+
+def test_a_dropped_scope_frees_its_arrays_while_its_program_lives():
+    main, startup, cost = _sgd_mlp()
+    exe = fj.Executor()
+    scope = fj.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed=FEED, fetch_list=[cost], scope=scope)
+    tensors = [weakref.ref(scope.find_var(n).get_tensor()) for n in scope.local_var_names()
+               if scope.find_var(n).holds(fj.LoDTensor)]
+    assert tensors
+    del scope
+    gc.collect()
+    assert all(t() is None for t in tensors), "the Executor keeps a dropped scope's tensors"
+    other = fj.Scope()                      # and the program still runs on another scope
+    exe.run(startup, scope=other)
+    exe.run(main, feed=FEED, fetch_list=[cost], scope=other)

@@ -16,9 +16,9 @@ from types import ModuleType
 
 from ...ir import unique_name
 from ...lowering import lod_tensor
-from .. import (clip, data_feeder, initializer, io, layers, nets, optimizer, param_attr, reader,
+from .. import (clip, data_feeder, initializer, io, layers, nets, optimizer, param_attr,
                 regularizer)
-from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, transpiler
+from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, reader, transpiler
 
 __all__ = ["MODULE_PATHS", "SUBMODULE_PATHS"]
 

@@ -12,6 +12,8 @@
 >>> # program, feeds, fetches = fj.io.load_inference_model("out/model", exe)
 """
 
+from ..data_loader import DataLoader, PyReader
+from ..reader import batch, buffered, chain, compose, firstn, map_readers, shuffle
 from .checks import FEED_FETCH_OPS, SUPPORTED_OP_VERSIONS, check_program, names_of
 from .saved import (PROGRAM_VERSION, export, feed_target_names, fetch_target_names, load_inference_model,
                     load_params, load_persistables, load_vars, persistable_vars, read_program, resolve_model_paths,
@@ -20,4 +22,6 @@ from .saved import (PROGRAM_VERSION, export, feed_target_names, fetch_target_nam
 __all__ = ["save_inference_model", "load_inference_model", "save_persistables", "load_persistables",
            "save_params", "load_params", "save_vars", "load_vars", "export", "feed_target_names",
            "fetch_target_names", "check_program", "resolve_model_paths", "persistable_vars", "read_program",
-           "save_program_files", "names_of", "SUPPORTED_OP_VERSIONS", "PROGRAM_VERSION", "FEED_FETCH_OPS"]
+           "save_program_files", "names_of", "SUPPORTED_OP_VERSIONS", "PROGRAM_VERSION", "FEED_FETCH_OPS",
+           # Fluid 1.x's fluid.io also holds the loaders and the reader decorators
+           "DataLoader", "PyReader", "batch", "buffered", "chain", "compose", "firstn", "map_readers", "shuffle"]
