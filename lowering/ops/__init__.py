@@ -10,3 +10,4 @@ from . import (activation, beam_search, concat_split, conditional, conv, crf, de
                recurrent, recurrent_lod, reduce, reshaping, resize, rnn, search, sequence, sequence_layout,
                sequence_window, slicing, tensor, tensor_array, unary_math, while_loop)
 from . import averaging, optimizer_adaptive  # noqa: F401,E402  (Fluid 1.x's optimizers and ModelAverage)
+from . import loss_scaling  # noqa: F401,E402  (mixed precision: fj.amp's dynamic loss scaling)
