@@ -12,9 +12,10 @@
 - :func:`export`: a ``jax.export.Exported`` of the inference function, parameters embedded.
 
 Safety (see ``docs/interop.md``): nothing is ever unpickled; every size in a file is checked
-against the file before anything is allocated; saving writes a temporary file in the same
-directory, flushes and fsyncs it, then renames it over the target, so a crash leaves the
-previous file intact. The tensor layout itself is in :mod:`fluidjax.frontend.io.tensor_stream`.
+against the file before anything is allocated; a save copies its values out between two runs
+on the scope (its state lock) and writes its files as one save that a kill cannot tear, checked
+by the loads (a manifest beside them: :mod:`.atomic`). The tensor layout itself is in
+:mod:`fluidjax.frontend.io.tensor_stream`.
 
 >>> # exe.run(startup); ...train...
 >>> # fj.io.save_inference_model("out/model", [x], [prob], exe)
