@@ -21,7 +21,8 @@ from .ir.errors import (InputTypeError, LoDError, LoDTypeError, OpVersionError, 
 from .lowering import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPlace, Executor, LoDTensor, Scope,
                        TPUPlace, global_scope)
 from .lowering.flags import get_flags, set_flags
-from .ir.errors import ReentrantRunError
+from .ir.errors import ReentrantRunError, ResourceExhaustedError
+from .lowering.executor import compiled_memory
 from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
 from .frontend.drawing import draw
@@ -85,7 +86,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BuildStrategy", "CompiledProgram", "distributed", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
-    "ReentrantRunError",
+    "ReentrantRunError", "ResourceExhaustedError", "compiled_memory",
     "UnregisteredOpError", "VariableNotFoundError", "OpVersionError", "ParameterMismatchError", "TensorFormatError",
     "UnsafeFormatError", "InputTypeError", "LoDError", "LoDTypeError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",

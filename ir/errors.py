@@ -122,3 +122,9 @@ class NotOfferedError(FluidJaxError, NotImplementedError):
 class ReentrantRunError(FluidJaxError, RuntimeError):
     """``Executor.run`` was called on a scope whose run is in progress on the same thread (from a
     signal handler or a callback that interrupted that run): nothing ran, the scope is unchanged."""
+
+
+class ResourceExhaustedError(FluidJaxError, MemoryError):
+    """A run's step needs more memory than its device has free. Raised before the step runs when
+    the need is known to exceed what is free, or when XLA runs out; the message gives both figures
+    and says whether the scope is unchanged (see ``docs/reliability.md``)."""

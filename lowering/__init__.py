@@ -11,11 +11,11 @@ jax.config.update("jax_enable_x64", True)
 from . import compile_cache  # noqa: E402,F401  (the persistent compilation cache, on by default)
 
 from . import ops  # noqa: E402,F401  (registers every op)
-from .executor import Executor  # noqa: E402
+from .executor import Executor, compiled_memory  # noqa: E402
 from .lod_tensor import LoDTensor  # noqa: E402
 from .parallel import BuildStrategy, CompiledProgram  # noqa: E402
 from .places import CPUPlace, CUDAPlace, Place, TPUPlace  # noqa: E402
 from .scope import Scope, ScopeVariable, global_scope, scope_guard  # noqa: E402
 
 __all__ = ["BuildStrategy", "CompiledProgram", "CPUPlace", "CUDAPlace", "Executor", "LoDTensor", "Place", "Scope", "ScopeVariable", "TPUPlace",
-           "global_scope", "scope_guard"]
+           "global_scope", "scope_guard", "compiled_memory"]

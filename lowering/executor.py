@@ -27,10 +27,10 @@ import numpy as np
 from ..ir import dtypes, registry
 from ..ir.errors import (FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError,
                          UnregisteredOpError)
-from ..ir.errors import ReentrantRunError
+from ..ir.errors import ReentrantRunError, ResourceExhaustedError
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
-from . import flags, host_init
+from . import flags, host_init, memory
 from .checks import HostIndexCheck, StepChecks, fed_source, index_error, specs_of
 from .context import make_key
 from .feeds import check_feed, check_lod_feed
@@ -137,6 +137,13 @@ class _Plan:
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
     on_host: bool = False                  # a startup program run with NumPy (see host_init.py)
     place_state: Any = None                # puts state where a sharded step wants it (parallel.py)
+    # Memory (lowering/memory.py): feed shapes -> what the step needs beyond its resident state
+    # (None: not checked, for host and sharded plans); a need at most quiet_below asks nothing.
+    memory: dict | None = None
+    figures: dict = dataclasses.field(default_factory=dict)   # feed shapes -> XLA's figures
+    quiet_below: int = -1
+    step_fn: Any = None                    # the traced function (a step without donation is made from it)
+    kept_step: Any = None                  # jax.jit(step_fn) without donation, made when first needed
 
 
 class Executor:
@@ -201,12 +208,17 @@ class Executor:
                         self._run_host_ops(plan, scope)
                     if plan.on_host:
                         values = self._host_values(program, plan, args[3])
+                    careful = False
+                    if plan.memory is not None:      # what the step needs (known per feed shape)
+                        need = plan.memory.get(tuple([f.shape for f in args[2]]))
+                        if need is None or need > plan.quiet_below:
+                            careful = self._check_memory(plan, args)
                     with deferred_signals():
                         try:
                             if plan.on_host:
                                 fetches, failed = self._commit_host(program, scope, plan, values)
                             else:
-                                fetches, failed = self._execute(program, scope, plan, args)
+                                fetches, failed = self._execute(program, scope, plan, args, careful)
                             committed = failed is None
                         finally:
                             runs.discard(lock)   # before the deferred handlers run: they may run
@@ -219,31 +231,48 @@ class Executor:
             return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue else LoDTensor(v) for v in fetches]
         except BaseException as exc:
             # Anything raised once the state is committed (a deferred Ctrl-C, a failing fetch
-            # conversion) says so: the run happened, only its fetches are lost.
-            if committed:
+            # conversion) says so: the run happened, only its fetches are lost. Unless the step
+            # itself failed on the device after its dispatch (XLA ran out of memory): then the
+            # committed values are failures, and the donated ones are gone.
+            if committed and isinstance(exc, jax.errors.JaxRuntimeError):
+                raise self._failed_on_device(plan, scope, exc) from exc
                 exc.add_note(_COMMITTED_NOTE)
             raise
 
-    def _execute(self, program: Program, scope: Scope, plan: _Plan, args: tuple):
+    def _execute(self, program: Program, scope: Scope, plan: _Plan, args: tuple, careful: bool = False):
         """Call the compiled step and commit its state: the window in which signals are deferred.
 
         Returns the fetches and None, or (None, the check error) when a run-time check failed:
         then the step has handed back the old state (selected inside the step), which is put
-        back, and nothing else is written.
+        back, and nothing else is written. ``careful``: the step needs most of the free memory,
+        so it runs without donation and is waited for before anything is committed.
         """
         mutable = args[0]
+        step = plan.step
+        if careful:
+            if plan.kept_step is None:
+                plan.kept_step = jax.jit(plan.step_fn)
+            step = plan.kept_step
         try:
             if self._device is not None:
                 with jax.default_device(self._device):
-                    outs = plan.step(*args)
+                    outs = step(*args)
             else:
-                outs = plan.step(*args)
+                outs = step(*args)
+            if careful:
+                jax.block_until_ready(outs)
         except BaseException as exc:
             lost = [n for n, v in zip(plan.mutable_state, mutable) if isinstance(v, jax.Array) and v.is_deleted()]
+            oom = _out_of_memory(exc)
             if lost:
-                raise OpRuntimeError(
+                raise (ResourceExhaustedError if oom else OpRuntimeError)(
                     f"the run failed after its state was handed to XLA, which freed it: the scope's values "
                     f"of {lost} are lost (reload them from a checkpoint). The failure: "
+                    f"{type(exc).__name__}: {exc}") from exc
+            if oom:
+                raise ResourceExhaustedError(
+                    f"XLA ran out of memory running the step ({self._need_text(plan, args)}). The step ran "
+                    f"without donation, so nothing was lost: the scope is as it was before the run. The failure: "
                     f"{type(exc).__name__}: {exc}") from exc
             raise
         if plan.has_checks:
@@ -266,6 +295,85 @@ class Executor:
         if plan.random:
             self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
         return fetches, None
+
+    # -- memory (lowering/memory.py) --------------------------------------------------------------
+    def _check_memory(self, plan: _Plan, args: tuple) -> bool:
+        """Refuse a step that cannot fit in its device's free memory (before anything is donated);
+        True when it fits but needs most of it (then it runs undonated and is waited for)."""
+        sig = tuple([f.shape for f in args[2]])
+        need = plan.memory.get(sig)
+        if need is None:
+            figures = self._step_figures(plan, args)
+            if figures is None:
+                plan.memory[sig] = need = 0          # XLA gives no analysis here: nothing to check
+            else:
+                plan.memory[sig] = need = memory.extra_need(figures, self._resident(args))
+                plan.figures[sig] = figures
+            if need == 0:
+                return False
+        device = self._device or jax.local_devices()[0]
+        free, source = memory.free_bytes(device)
+        if free is None:
+            plan.quiet_below = max(plan.quiet_below, need)     # unknown: never asked again for this need
+            return False
+        if need > free:
+            raise ResourceExhaustedError(
+                f"this run's step needs {need:,} bytes of memory beyond the {self._resident(args):,} its state "
+                f"already holds ({self._need_text(plan, args, with_free=False)}), but {device} has {free:,} bytes "
+                f"free ({source}). Nothing ran and the scope is unchanged: feed a smaller batch, or free memory "
+                "(fj.compiled_memory gives the step's figures)")
+        plan.quiet_below = int(free * memory.QUIET)
+        alias = plan.figures.get(sig, {}).get("alias_bytes", 0)
+        return need > free * memory.RISKY and need + alias <= free
+
+    def _step_figures(self, plan: _Plan, args: tuple) -> dict | None:
+        """XLA's memory analysis of ``plan``'s step for ``args`` (compiled ahead of the call: the
+        call then finds the executable in JAX's cache)."""
+        if self._device is not None:
+            with jax.default_device(self._device):
+                compiled = plan.step.lower(*args).compile()
+        else:
+            compiled = plan.step.lower(*args).compile()
+        return memory.step_figures(compiled)
+
+    @staticmethod
+    def _resident(args: tuple) -> int:
+        return sum(int(getattr(v, "nbytes", 0)) for v in args[0] + args[1])
+
+    def _need_text(self, plan: _Plan, args: tuple, with_free: bool = True) -> str:
+        sig = tuple([f.shape for f in args[2]])
+        figures = plan.figures.get(sig)
+        if figures is None:
+            return "XLA gave no memory analysis of it"
+        text = (f"XLA's analysis: {figures['temp_bytes']:,} bytes of temporaries, {figures['argument_bytes']:,} of "
+                f"arguments, {figures['output_bytes']:,} of outputs, {figures['alias_bytes']:,} of them in donated "
+                "buffers")
+        if with_free:
+            device = self._device or jax.local_devices()[0]
+            free, source = memory.free_bytes(device)
+            text += f"; it needs {plan.memory.get(sig, 0):,} bytes beyond its state" + (
+                f", {free:,} are free now ({source})" if free is not None else "")
+        return text
+
+    def _failed_on_device(self, plan: _Plan, scope: Scope, exc: BaseException) -> BaseException:
+        """The error of a step that failed on the device after its state was committed (an
+        asynchronous failure: XLA ran out of memory while it ran). Its outputs are failures and
+        its donated arguments are freed: the state it wrote is lost, and is marked so (a later
+        run says the variable has no value instead of failing inside XLA)."""
+        lost = []
+        with _state_lock(scope):
+            for name, tensor in zip(plan.written_state, self._written_tensors(plan, scope)):
+                value = tensor._value
+                if isinstance(value, jax.Array):
+                    try:
+                        value.block_until_ready()
+                    except Exception:  # noqa: BLE001  (the failure itself)
+                        tensor._value = None
+                        lost.append(name)
+        kind = ResourceExhaustedError if _out_of_memory(exc) else OpRuntimeError
+        return kind(f"the step failed on the device after its state was handed to XLA: the scope's values of "
+                    f"{lost} are lost (reload them from a checkpoint); the run did not complete. The failure: "
+                    f"{type(exc).__name__}: {exc}")
 
     def _host_values(self, program: Program, plan: _Plan, seed) -> list:
         """A startup program's values, drawn with NumPy and put on the device in one transfer."""
@@ -308,6 +416,27 @@ class Executor:
         """
         _, _, plan, args = self._prepare(program, feed, fetch_list, scope)
         return plan.step.lower(*args)
+
+    def compiled_memory(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
+                        fetch_list: Sequence[Variable | str] | None = None, scope: Scope | None = None) -> dict:
+        """XLA's memory analysis of the step ``run`` with the same arguments would execute: a dict
+        of byte counts ``temp_bytes``, ``argument_bytes``, ``output_bytes``, ``alias_bytes`` (outputs
+        written into donated state), ``generated_code_bytes``, ``peak_bytes`` (what the call holds
+        at once) and ``need_bytes`` (``peak_bytes`` less the state already on the device: what a
+        run checks against the device's free memory). Compiles the step if needed; runs nothing.
+        """
+        scope = global_scope() if scope is None else scope
+        with _state_lock(scope):
+            _, _, plan, args = self._prepare(program, feed, fetch_list, scope)
+        figures = self._step_figures(plan, args)
+        if figures is None:
+            raise NotImplementedError(f"XLA gives no memory analysis of compiled steps on "
+                                      f"{self._device or jax.local_devices()[0]}")
+        need = memory.extra_need(figures, self._resident(args))
+        if plan.memory is not None:
+            sig = tuple([f.shape for f in args[2]])
+            plan.figures[sig], plan.memory[sig] = figures, need
+        return dict(figures, need_bytes=need)
 
     def _prepare(self, program, feed, fetch_list, scope):
         """Check the feeds, find the plan and gather its state: everything a run needs first."""
@@ -572,7 +701,12 @@ class Executor:
                               for name, value in zip(written, new_state))
             return new_state, fetches, oks, values
 
-        return jax.jit(step, donate_argnums=(0,)) if sharded is None else sharded.jit(step)
+        plan.step_fn = step
+        if sharded is None:
+            # checked per feed shape (a startup program runs on the host; sharded steps span devices)
+            plan.memory = None if plan.on_host else {}
+            return jax.jit(step, donate_argnums=(0,))
+        return sharded.jit(step)
 
     # -- feeds and state -----------------------------------------------------------------------
     def _check_feeds(self, plan: _Plan, feed: Mapping[str, Any]) -> tuple:
@@ -659,6 +793,31 @@ def _unbind(plan_ref, scope_ref) -> None:
     plan = plan_ref()
     if plan is not None and plan.last_scope is not None and plan.last_scope[0] is scope_ref:
         plan.last_scope = None
+
+
+_analysis_executor: list = []
+
+
+def compiled_memory(program: Program, feed: Mapping[str, Any] | None = None, scope: Scope | None = None,
+                    fetch_list: Sequence[Variable | str] | None = None, executor: Executor | None = None) -> dict:
+    """XLA's memory analysis of ``program``'s step for ``feed`` (and ``fetch_list``) as a dict of
+    byte counts: ``temp_bytes``, ``argument_bytes``, ``output_bytes``, ``alias_bytes``,
+    ``generated_code_bytes``, ``peak_bytes`` and ``need_bytes`` (see
+    :meth:`Executor.compiled_memory`). The step is compiled if needed, nothing runs; the state's
+    shapes come from ``scope`` (the global scope by default), so run the startup program first.
+
+    >>> # fj.compiled_memory(main, {"x": xs, "y": ys}, fetch_list=[loss])["peak_bytes"]
+    """
+    if executor is None:
+        if not _analysis_executor:
+            _analysis_executor.append(Executor())
+        executor = _analysis_executor[0]
+    return executor.compiled_memory(program, feed, fetch_list, scope)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is XLA running out of memory."""
+    return isinstance(exc, (jax.errors.JaxRuntimeError, MemoryError)) and "RESOURCE_EXHAUSTED" in str(exc)
 
 
 def _plan_store(program) -> tuple[dict, dict]:
