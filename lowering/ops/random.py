@@ -111,3 +111,19 @@ def randint(ctx):
 @host_rule("randint")
 def _randint_host(ctx):
     return ctx.rng().integers(ctx.attr("low"), ctx.attr("high"), ctx.shape(), dtype=ctx.dtype())
+
+
+def _seed_shape(ctx: InferShapeContext) -> None:
+    ctx.set_output("Out", (1,), "int32", 0)
+
+
+# Paddle 2.6 declares only ``seed``; ``deterministic``, ``rng_name`` and ``force_cpu`` are its extras.
+@op("seed", inputs="", outputs="Out", attrs={"seed": 0},
+    infer_shape=_seed_shape, random=True)
+def seed(ctx):
+    """A seed for ops that take one as input (``dropout``'s ``Seed``): the ``seed`` attribute when
+    non-zero, otherwise a number drawn from the run's key (a new one every run)."""
+    fixed = int(ctx.attr("seed") or 0)
+    if fixed:
+        return {"Out": jnp.full((1,), fixed, jnp.int32)}
+    return {"Out": jax.random.randint(ctx.rng(), (1,), 1, 2**31 - 1, jnp.int32)}

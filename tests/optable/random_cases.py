@@ -1,4 +1,4 @@
-"""Rows for the random ops (uniform_random, gaussian_random, truncated_gaussian_random, randint).
+"""Rows for the random ops (uniform_random, gaussian_random, truncated_gaussian_random, randint, seed).
 
 Random numbers cannot be compared with Paddle's, so every row gives a ``check``. Convention:
 the harness calls ``case.check(case)``; each check is self-contained — it builds the one-op
@@ -128,6 +128,36 @@ def _check_randint(case: Case, seeds: bool = True) -> None:
         _check_reproducibility(case)
 
 
+def _check_seed(case: Case) -> None:
+    """``seed``: its attribute when non-zero (as Paddle's kernel, running the same bytes), else a
+    new positive int32 every run; two dropouts reading one seed draw one mask (recompute's use)."""
+    import paddle_oracle as po
+
+    main = fj.Program()
+    block = main.global_block()
+    fixed = block.create_var("fixed", (), "int32")
+    drawn = block.create_var("drawn", (), "int32")
+    block.append_op("seed", outputs={"Out": fixed}, attrs={"seed": 1234})
+    block.append_op("seed", outputs={"Out": drawn}, attrs={"seed": 0})
+    x = block.create_var("x", (50, 40), "float32")
+    masks = []
+    for i in range(2):
+        out, mask = block.create_var(f"out_{i}", (), "float32"), block.create_var(f"mask_{i}", (), "uint8")
+        block.append_op("dropout", {"X": x, "Seed": drawn}, {"Out": out, "Mask": mask}, {"dropout_prob": 0.5})
+        masks.append(mask)
+    assert block.var("fixed").shape == (1,) and block.var("fixed").dtype == "int32"
+    feed = {"x": np.ones((50, 40), np.float32)}
+    exe = fj.Executor()
+    first = exe.run(main, feed=feed, fetch_list=[fixed, drawn] + masks, scope=fj.Scope())
+    second = exe.run(main, feed=feed, fetch_list=[fixed, drawn] + masks, scope=fj.Scope())
+    assert first[0].tolist() == [1234] and first[0].dtype == np.int32
+    assert first[1].shape == (1,) and first[1][0] > 0 and first[1][0] != second[1][0]
+    np.testing.assert_array_equal(first[2], first[3])
+    assert 0.4 < first[2].mean() < 0.6 and not np.array_equal(first[2], second[2])
+    (theirs,) = po.run(main.serialize(), feed, ["fixed"])
+    assert theirs.tolist() == [1234]
+
+
 def _stats_only(check):
     return functools.partial(check, seeds=False)
 
@@ -144,4 +174,5 @@ CASES = [
     Case("randint", attrs={"shape": [N], "dtype": 3, "low": -3, "high": 7}, check=_check_randint),
     Case("randint", attrs={"shape": [200, 500], "dtype": 2, "low": 0, "high": 2}, check=_stats_only(_check_randint),
          name="int32"),
+    Case("seed", attrs={"seed": 0}, check=_check_seed),
 ]
