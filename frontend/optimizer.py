@@ -29,7 +29,8 @@ Fluid's order (``learning_rate, ..., parameter_list, regularization, grad_clip, 
 ...) or a ``create_global_var`` — which the optimizer ops then read, as in Fluid. Without a
 ``grad_clip``, the clips given per parameter (``fluid.clip.set_gradient_clip``,
 ``ParamAttr(gradient_clip=...)``) are applied. ``ExponentialMovingAverage``, ``ModelAverage`` and
-``LookaheadOptimizer`` are in :mod:`.averaging`.
+``LookaheadOptimizer`` are in :mod:`.averaging`; the wrapper ``RecomputeOptimizer`` (Fluid 1.8's
+recomputation between checkpoints) in :mod:`.recompute` (``docs/training.md``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ..ir.program import OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE, Program, default_sta
 from ..ir.variable import Parameter, Variable
 from . import clip as _clip
 from .averaging import ExponentialMovingAverage, LookaheadOptimizer, ModelAverage  # noqa: F401
+from .recompute import RecomputeOptimizer  # noqa: F401
 from . import lr
 from .framework import program_guard
 from .initializer import Constant
@@ -56,7 +58,7 @@ __all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamW", "Adagrad", "RMSProp"
            "SGDOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdagradOptimizer", "RMSPropOptimizer",
            "AdamaxOptimizer", "LambOptimizer", "DecayedAdagradOptimizer", "AdadeltaOptimizer", "FtrlOptimizer",
            "LarsMomentumOptimizer", "DGCMomentumOptimizer",
-           "ExponentialMovingAverage", "ModelAverage", "LookaheadOptimizer"]
+           "ExponentialMovingAverage", "ModelAverage", "LookaheadOptimizer", "RecomputeOptimizer"]
 
 ParamsGrads = list[tuple[Parameter, Variable]]
 

@@ -9,3 +9,9 @@ OP_ROLE_LOSS = 256
 
 # Paddle's name for "no variable here" in a slot (a gradient nobody computes).
 EMPTY_VAR_NAME = "@EMPTY@"
+
+# The attribute RecomputeOptimizer sets on the forward ops it copies into the backward pass (the
+# recomputation of one segment, numbered by its value): the lowering runs each such group behind
+# an optimization barrier so XLA recomputes it there instead of keeping the forward's values.
+# Paddle ignores attributes its ops do not declare, so it runs these programs too.
+RECOMPUTE_SEGMENT_ATTR = "recompute_segment"

@@ -20,9 +20,10 @@ import numpy as np
 
 from ..ir import dtypes, registry, shape
 from ..ir.errors import OpRuntimeError, ProgramFormatError, ShapeError
+from ..ir.names import RECOMPUTE_SEGMENT_ATTR
 from ..ir.program import EMPTY_VAR_NAME
 from .checks import StepChecks
-from . import paddle_grads
+from . import paddle_grads, remat
 from .lod_value import LoDValue
 from .context import ComputeContext, make_key
 
@@ -210,10 +211,25 @@ def run_ops(ops: Iterable, env: MutableMapping[str, Any], rng_key: jax.Array | N
             checks: StepChecks | None = None, op_keys: Callable[[int], jax.Array | None] | None = None) -> None:
     """Evaluate ``ops`` in order on ``env``; each op gets a key folded from ``rng_key`` (or the
     base key ``op_keys(index)`` chooses for it); ``checks`` collects run-time checks."""
-    for index, op in enumerate(ops):
+    ops = ops if isinstance(ops, list) else list(ops)
+    index = 0
+    while index < len(ops):
+        op = ops[index]
+        if RECOMPUTE_SEGMENT_ATTR in op.attrs:      # a recomputed segment (see remat.py)
+            end = remat.group_end(ops, index)
+
+            def run_segment(local, start=index, stop=end):
+                for i in range(start, stop):
+                    base = op_keys(i) if op_keys is not None else rng_key
+                    run_op(ops[i], local, op_rng(base, i) if base is not None else None)
+
+            remat.run_group(ops[index:end], env, ops[index - 1] if index else None, run_segment)
+            index = end
+            continue
         base = op_keys(index) if op_keys is not None else rng_key
         rng = op_rng(base, index) if base is not None else None
         run_op(op, env, rng, checks=checks)
+        index += 1
 
 
 # -- the generic gradient rule -------------------------------------------------------------------
