@@ -29,8 +29,9 @@ Fluid's order (``learning_rate, ..., parameter_list, regularization, grad_clip, 
 ...) or a ``create_global_var`` — which the optimizer ops then read, as in Fluid. Without a
 ``grad_clip``, the clips given per parameter (``fluid.clip.set_gradient_clip``,
 ``ParamAttr(gradient_clip=...)``) are applied. ``ExponentialMovingAverage``, ``ModelAverage`` and
-``LookaheadOptimizer`` are in :mod:`.averaging`; the wrapper ``RecomputeOptimizer`` (Fluid 1.8's
-recomputation between checkpoints) in :mod:`.recompute` (``docs/training.md``).
+``LookaheadOptimizer`` are in :mod:`.averaging`; the wrappers ``RecomputeOptimizer`` (Fluid 1.8's
+recomputation between checkpoints) and ``GradientMergeOptimizer`` (gradient accumulation over
+``k_steps`` runs) in :mod:`.recompute` and :mod:`.gradient_merge` (``docs/training.md``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ..ir.program import OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE, Program, default_sta
 from ..ir.variable import Parameter, Variable
 from . import clip as _clip
 from .averaging import ExponentialMovingAverage, LookaheadOptimizer, ModelAverage  # noqa: F401
+from .gradient_merge import GradientMergeOptimizer  # noqa: F401
 from .recompute import RecomputeOptimizer  # noqa: F401
 from . import lr
 from .framework import program_guard
@@ -58,7 +60,8 @@ __all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamW", "Adagrad", "RMSProp"
            "SGDOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdagradOptimizer", "RMSPropOptimizer",
            "AdamaxOptimizer", "LambOptimizer", "DecayedAdagradOptimizer", "AdadeltaOptimizer", "FtrlOptimizer",
            "LarsMomentumOptimizer", "DGCMomentumOptimizer",
-           "ExponentialMovingAverage", "ModelAverage", "LookaheadOptimizer", "RecomputeOptimizer"]
+           "ExponentialMovingAverage", "ModelAverage", "LookaheadOptimizer", "RecomputeOptimizer",
+           "GradientMergeOptimizer"]
 
 ParamsGrads = list[tuple[Parameter, Variable]]
 

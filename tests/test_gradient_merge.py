@@ -1,0 +1,152 @@
+"""GradientMergeOptimizer: k runs of batch b train as one run of batch k*b (the program Paddle's
+``GradientMergeOptimizer`` builds: a step counter, ``@GRAD@GradientMerge`` accumulators and the
+update inside a ``conditional_block``), in fluidjax and in Paddle running the bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fluidjax as fj
+from fluidjax import layer
+
+K, SMALL = 4, 16
+rng = np.random.default_rng(0)
+X = rng.standard_normal((K * SMALL, 8)).astype(np.float32)
+Y = rng.standard_normal((K * SMALL, 1)).astype(np.float32)
+
+
+def _net(make_optimizer, k: int | None, avg: bool = True, recompute: bool = False):
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 1
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = layer.data("x", input_size=8)
+        y = layer.data("y", input_size=1)
+        h1 = layer.fc(x, 16, activation="tanh")
+        h2 = layer.fc(h1, 16, activation="relu")
+        loss = layer.mean(layer.square_error_cost(layer.fc(h2, 1), y))
+        opt = make_optimizer()
+        if recompute:
+            opt = fj.optimizer.RecomputeOptimizer(opt)
+            opt._set_checkpoints([h1, h2])
+        if k is not None:
+            opt = fj.optimizer.GradientMergeOptimizer(opt, k_steps=k, avg=avg)
+        opt.minimize(loss)
+    return main, startup, loss
+
+
+def _params(main, scope) -> dict:
+    return {p.name: np.asarray(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
+
+
+def _train(main, startup, loss, batches):
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    history = []
+    for xs, ys in batches:
+        exe.run(main, feed={"x": xs, "y": ys}, fetch_list=[loss], scope=scope)
+        history.append(_params(main, scope))
+    return history, scope
+
+
+def _small_batches(updates: int):
+    return [(X[i * SMALL:(i + 1) * SMALL], Y[i * SMALL:(i + 1) * SMALL]) for _ in range(updates) for i in range(K)]
+
+
+def _assert_close(a: dict, b: dict, tol: float = 1e-6):
+    for name in b:
+        x, y = np.asarray(a[name], np.float64), np.asarray(b[name], np.float64)
+        assert np.abs(x - y).max() <= tol * max(np.abs(y).max(), 1e-30), (name, np.abs(x - y).max())
+
+
+OPTIMIZERS = {"sgd": lambda: fj.optimizer.SGD(0.1), "adam": lambda: fj.optimizer.Adam(0.01),
+              "momentum": lambda: fj.optimizer.Momentum(0.05, 0.9)}
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_k_runs_of_batch_16_are_one_run_of_batch_64(name):
+    net = _net(OPTIMIZERS[name], K)
+    merged, _ = _train(*net, _small_batches(updates=3))
+    whole, _ = _train(*_net(OPTIMIZERS[name], None), [(X, Y)] * 3)
+    initial = _params(net[0], _train(*net, [])[1])
+    for update in range(3):
+        _assert_close(merged[update * K + K - 1], whole[update])
+        previous = merged[update * K - 1] if update else initial
+        for i in range(K - 1):                 # no update before the k-th run
+            _assert_close(merged[update * K + i], previous, tol=0.0)
+    assert not np.allclose(whole[0]["fc_0.w_0"], whole[1]["fc_0.w_0"])    # the steps did train
+
+
+def test_sum_without_avg_and_state_between_updates():
+    """avg=False adds the k gradients: SGD at lr/k then equals the batch-64 step. The merge
+    variables hold the running sum between updates and are zero after one."""
+    main, startup, loss = _net(lambda: fj.optimizer.SGD(0.1 / K), K, avg=False)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    start = _params(main, scope)
+    merge = "fc_0.w_0@GRAD@GradientMerge"
+    assert main.global_block().var(merge).persistable
+    grads = []
+    for i, (xs, ys) in enumerate(_small_batches(updates=1)):
+        g, = exe.run(main, feed={"x": xs, "y": ys}, fetch_list=["fc_0.w_0@GRAD"], scope=scope)
+        grads.append(g)
+        held = np.asarray(scope.find_var(merge).get_tensor())
+        step = int(np.asarray(scope.find_var("gradient_merge_step").get_tensor())[0])
+        assert step == (i + 1) % K
+        if i < K - 1:
+            np.testing.assert_allclose(held, np.sum(grads, axis=0), rtol=1e-6, atol=1e-7)
+            _assert_close(_params(main, scope), start, tol=0.0)
+        else:
+            assert not held.any()
+    whole, _ = _train(*_net(lambda: fj.optimizer.SGD(0.1), None), [(X, Y)])
+    _assert_close(_params(main, scope), whole[0])
+
+
+def test_composes_with_recompute():
+    merged, _ = _train(*_net(OPTIMIZERS["adam"], K, recompute=True), _small_batches(updates=2))
+    whole, _ = _train(*_net(OPTIMIZERS["adam"], None), [(X, Y)] * 2)
+    _assert_close(merged[K - 1], whole[0])
+    _assert_close(merged[2 * K - 1], whole[1])
+
+
+def test_paddle_runs_the_program():
+    import paddle_oracle as po
+
+    main, startup, loss = _net(OPTIMIZERS["momentum"], K)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    state = {v.name: np.asarray(scope.find_var(v.name).get_tensor()) for v in main.list_vars()
+             if v.persistable and scope.find_var(v.name) is not None}
+    pscope = po.paddle.static.Scope()
+    program = po.parse(main.serialize())
+    for i, (xs, ys) in enumerate(_small_batches(updates=2)):
+        ours, = exe.run(main, feed={"x": xs, "y": ys}, fetch_list=[loss], scope=scope)
+        theirs, = po.run(program, {"x": xs, "y": ys}, [loss.name], params=state if i == 0 else None, scope=pscope)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    names = [n for n in state if "@GRAD" not in n]
+    paddle_state = po.scope_values(pscope, names + ["gradient_merge_step"])
+    for name in names:
+        np.testing.assert_allclose(np.asarray(scope.find_var(name).get_tensor()), paddle_state[name],
+                                   rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_clone_for_test_drops_the_merge_ops():
+    main, _, _ = _net(OPTIMIZERS["sgd"], K)
+    test = main.clone(for_test=True)
+    types = [op.type for op in test.global_block().ops]
+    assert "conditional_block" not in types and "increment" not in types
+    assert not any(op.attrs.get("grad_merge_cond_name") for op in test.global_block().ops)
+    ops = main.global_block().ops
+    cond = next(op for op in ops if op.type == "conditional_block")
+    inner = main.block(cond.attrs["sub_block"]).ops
+    assert [op.type for op in inner].count("sgd") == 6 and inner[-1].type == "fill_constant"
+
+
+def test_arguments_are_checked():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="k_steps"):
+            fj.optimizer.GradientMergeOptimizer(fj.optimizer.SGD(0.1), k_steps=bad)
+    with pytest.raises(TypeError):
+        fj.optimizer.GradientMergeOptimizer(None, 2)
+    opt = fj.optimizer.GradientMergeOptimizer(fj.optimizer.SGD(0.25), 2)
+    assert opt.get_lr() == 0.25 and opt.type == "gradient_merge"
