@@ -32,6 +32,7 @@ def _tracked_list(owner, items) -> TrackedList:
     return lst
 from .names import (EMPTY_VAR_NAME, OP_ROLE_BACKWARD, OP_ROLE_FORWARD, OP_ROLE_LOSS,  # noqa: F401  (re-exported)
                     OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE)
+from . import summary as _summary
 from .summary import print_summary
 from .variable import Parameter, Variable
 
@@ -564,11 +565,19 @@ class Program:
         return new
 
     # -- display ---------------------------------------------------------------------------------
-    def summary(self, print_fn=None) -> None:
+    def summary(self, print_fn=None, *, feed=None, fetch_list=None, scope=None, memory: dict | None = None) -> None:
         """A Keras-style table: one row per layer (``fc_0``, ``conv2d_3``), its output shape,
         parameters and FLOPs per example, and totals. Printed as text (``print_fn``, default
-        ``print``), or shown as HTML inside Jupyter; ``fluidjax.ir.summary.summarize`` returns it."""
-        print_summary(self, print_fn)
+        ``print``), or shown as HTML inside Jupyter; ``fluidjax.ir.summary.summarize`` returns it.
+
+        With ``feed`` (and optionally ``fetch_list``, ``scope``), the totals add XLA's memory
+        analysis of the step that feed compiles (``fj.compiled_memory``: temporaries, arguments,
+        outputs, peak; compiled if needed, nothing runs); or pass those figures as ``memory``."""
+        if memory is None and feed is not None:
+            if _summary.memory_figures is None:
+                raise RuntimeError("summary(feed=...) compiles the step: import fluidjax (its lowering) first")
+            memory = _summary.memory_figures(self, feed, scope=scope, fetch_list=fetch_list)
+        print_summary(self, print_fn, memory)
 
     def __str__(self) -> str:
         lines = []

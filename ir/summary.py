@@ -9,6 +9,11 @@ left unknown elsewhere makes a row's FLOPs unknown (``?``), and the total says s
 
 >>> s = summarize(program)      # doctest: +SKIP
 >>> print(s)                    # doctest: +SKIP
+
+With a feed, ``program.summary(feed={...})`` also prints XLA's memory analysis of the step that
+feed compiles (temporaries, arguments, outputs, peak: ``fj.compiled_memory``). This module does
+not import the lowering: the lowering installs that function as :data:`memory_figures`, and a
+caller may pass the figures themselves (``memory=``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from .graph import _AUX_SLOTS, hidden_part, layer_name, shape_text
 
 if TYPE_CHECKING:
     from .program import Block, Operator, Program
+
+# fn(program, feed, scope=, fetch_list=) -> {"temp_bytes": ..., ...}: ``fj.compiled_memory``, set by
+# fluidjax.lowering when it is imported (the IR itself never compiles anything).
+memory_figures = None
 
 _MATMULS = frozenset({"mul", "matmul", "matmul_v2"})
 _CONVS = frozenset({"conv2d", "depthwise_conv2d", "conv3d"})
@@ -54,6 +63,7 @@ class Summary:
 
     rows: list[Row] = field(default_factory=list)
     hidden_ops: int = 0
+    memory: dict | None = None     # XLA's figures of a compiled step (see fj.compiled_memory)
 
     @property
     def total_params(self) -> int:
@@ -88,6 +98,12 @@ class Summary:
                  f"FLOPs per example (forward): {flops}"]
         if self.hidden_ops:
             lines.append(f"({self.hidden_ops} backward/optimizer ops not counted)")
+        if self.memory:
+            m = self.memory
+            parts = [f"{label} {_bytes(int(m[key]))}" for key, label in
+                     (("temp_bytes", "temporaries"), ("argument_bytes", "arguments"), ("output_bytes", "outputs"),
+                      ("peak_bytes", "peak")) if key in m]
+            lines.append("Compiled step (XLA, for the fed shapes): " + ", ".join(parts))
         return lines
 
     def __str__(self) -> str:
@@ -114,10 +130,11 @@ class Summary:
         return str(self)
 
 
-def summarize(program: "Program", block: int = 0) -> Summary:
-    """The :class:`Summary` of ``program``'s forward ops (backward and optimizer ops left out)."""
+def summarize(program: "Program", block: int = 0, memory: dict | None = None) -> Summary:
+    """The :class:`Summary` of ``program``'s forward ops (backward and optimizer ops left out);
+    ``memory`` (``fj.compiled_memory``'s dict) adds the compiled step's figures to the totals."""
     blk = program.block(block)
-    summary = Summary()
+    summary = Summary(memory=dict(memory) if memory else None)
     rows: dict[str, Row] = {}
     counted: set[str] = set()
     for index, op in enumerate(blk.ops):
@@ -148,10 +165,10 @@ def summarize(program: "Program", block: int = 0) -> Summary:
     return summary
 
 
-def print_summary(program: "Program", print_fn=None) -> None:
+def print_summary(program: "Program", print_fn=None, memory: dict | None = None) -> None:
     """Show the summary: as an HTML table inside a Jupyter kernel, else printed as text
     (``print_fn`` — ``print`` by default — gets the text in any case when given)."""
-    summary = summarize(program)
+    summary = summarize(program, memory=memory)
     if print_fn is None and _in_jupyter():
         from IPython.display import display
 

@@ -12,6 +12,9 @@ from . import compile_cache  # noqa: E402,F401  (the persistent compilation cach
 
 from . import ops  # noqa: E402,F401  (registers every op)
 from .executor import Executor, compiled_memory  # noqa: E402
+from ..ir import summary as _summary  # noqa: E402
+
+_summary.memory_figures = compiled_memory   # program.summary(feed=...) (the IR never compiles)
 from .lod_tensor import LoDTensor  # noqa: E402
 from .parallel import BuildStrategy, CompiledProgram  # noqa: E402
 from .places import CPUPlace, CUDAPlace, Place, TPUPlace  # noqa: E402

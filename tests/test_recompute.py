@@ -281,3 +281,21 @@ def test_transformer_encoder_keeps_a_third_of_the_activations():
         _assert_close(a, b, tol=1e-5)
     ratio = ours["temp_bytes"] / plain["temp_bytes"]
     assert ratio <= 0.5, (ours, plain)          # measured 0.3 (98 of 324 MiB)
+
+
+def test_summary_shows_the_compiled_steps_memory():
+    main, startup, loss = _mlp(True)
+    scope = fj.Scope()
+    fj.Executor().run(startup, scope=scope)
+    lines = []
+    main.summary(print_fn=lines.append, feed=FEED, scope=scope)
+    figures = fj.compiled_memory(main, FEED, scope=scope)
+    text = lines[0]
+    assert "Compiled step (XLA, for the fed shapes): temporaries" in text and "peak" in text
+    shown = []
+    main.summary(print_fn=shown.append, memory={"temp_bytes": 3 << 20, "peak_bytes": 5 << 20})
+    assert "temporaries 3.00 MB, peak 5.00 MB" in shown[0]
+    plain = []
+    main.summary(print_fn=plain.append)
+    assert "Compiled step" not in plain[0]
+    assert figures["temp_bytes"] > 0
