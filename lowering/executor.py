@@ -236,6 +236,7 @@ class Executor:
             # committed values are failures, and the donated ones are gone.
             if committed and isinstance(exc, jax.errors.JaxRuntimeError):
                 raise self._failed_on_device(plan, scope, exc) from exc
+            if committed:
                 exc.add_note(_COMMITTED_NOTE)
             raise
 
