@@ -125,8 +125,15 @@ def _cast_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Out", x.shape, dtypes.from_enum(ctx.attr("out_dtype")), x.lod_level)
 
 
+def _cast_grad_maker(op, out_grads, in_grads):
+    # Paddle has no cast_grad: the gradient of a cast is a cast back to the input's dtype.
+    x_dtype = dtypes.to_enum(op.block.var(op.input("X")[0]).dtype)
+    return [("cast", {"X": out_grads["Out"]}, {"Out": in_grads["X"]},
+             {"in_dtype": op.attrs.get("out_dtype", x_dtype), "out_dtype": x_dtype})]
+
+
 @op("cast", inputs="X", outputs="Out", attrs={"out_dtype": 5, "in_dtype": 5, "use_mkldnn": False},
-    infer_shape=_cast_shape)
+    infer_shape=_cast_shape, grad_maker=_cast_grad_maker)
 def cast(ctx):
     """X converted to ``out_dtype`` (a Paddle type number): floats to ints truncate toward zero,
     anything to bool tests for non-zero. Gradients flow only between float types."""
