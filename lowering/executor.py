@@ -227,7 +227,7 @@ class Executor:
             if failed is not None:
                 raise failed
             if return_numpy:
-                return [to_host(v)[0] if v.__class__ is LoDValue else fetched_array(v) for v in fetches]
+                return [fetched_array(to_host(v)[0] if v.__class__ is LoDValue else v) for v in fetches]
             return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue else LoDTensor(v) for v in fetches]
         except BaseException as exc:
             # Anything raised once the state is committed (a deferred Ctrl-C, a failing fetch

@@ -12,7 +12,12 @@ user's file and line, and leaves the scope as it was before the run.
 per such op, a select per updated state buffer (fused by XLA into the update) and one tiny
 device-to-host read per run; ``docs/reliability.md`` gives the measured figures.
 
-The flags are part of the compiled step's cache key: changing one recompiles on the next run.
+``FLAGS_fetch_0d_as_1d`` (default off; fluidjax's own flag) gives fetched 0-d results (a mean,
+an accuracy, a full reduction) Fluid 1.x's shape ``[1]`` instead of Paddle 2.6's ``()``. Off, a
+fetched 0-d result already answers ``value[0]`` (:mod:`.fetched`); the one Fluid 1.x idiom that
+needs the flag is copying it first, ``np.array(value)[0]``. It changes only what the host gets.
+
+The check flags are part of the compiled step's cache key: changing one recompiles on the next run.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping
 
-_DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True}
+_DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -39,9 +44,14 @@ def _parse(name: str, value: Any) -> bool:
     raise ValueError(f"flag {name} takes a boolean (True/False, 1/0, 'true'/'false'), got {value!r}")
 
 
+# FLAGS_fetch_0d_as_1d: read by every fetch (lowering/fetched.py).
+fetch_0d_as_1d: bool = False
+
+
 def _refresh() -> None:
-    global mode
+    global mode, fetch_0d_as_1d
     mode = (_values["FLAGS_check_nan_inf"], _values["FLAGS_check_index"])
+    fetch_0d_as_1d = _values["FLAGS_fetch_0d_as_1d"]
 
 
 def set_flags(flags: Mapping[str, Any]) -> None:

@@ -304,7 +304,9 @@ def test_flags_reject_unknown_names_and_values():
         fj.set_flags({"FLAGS_check_nan": True})
     with pytest.raises(ValueError, match="boolean"):
         fj.set_flags({"FLAGS_check_nan_inf": "maybe"})
-    assert fj.get_flags() == {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True}
+    flags = fj.get_flags()
+    assert flags["FLAGS_check_nan_inf"] is False and flags["FLAGS_check_index"] is True
+    assert flags["FLAGS_fetch_0d_as_1d"] is False
 
 
 def test_check_nan_inf_from_the_environment():
