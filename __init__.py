@@ -37,6 +37,7 @@ from .frontend import drawing as _drawing  # noqa: E402
 from .frontend import fluid as _fluid  # noqa: E402
 from .frontend import layers  # noqa: E402  (Fluid's name for fj.layer: the same module)
 from .frontend.data_layers import static_data as data  # noqa: E402  (fluid.data: the shape has the batch dim)
+from .frontend.input_layers import embedding  # noqa: E402  (fluid.embedding: lookup_table_v2, no squeeze)
 from .frontend.fluid import backward, compiler, core, dygraph, executor, framework, transpiler  # noqa: E402,F401
 from .frontend.framework import in_dygraph_mode, name_scope  # noqa: E402
 from .ir.backward import gradients  # noqa: E402
@@ -100,5 +101,5 @@ __all__ = [
     "scope_guard", "name_scope", "in_dygraph_mode", "gradients", "NotOfferedError", "ExecutionStrategy",
     "CUDAPinnedPlace", "cpu_places", "cuda_places", "is_compiled_with_cuda", "Tensor", "data_feeder", "DataLoader",
     "PyReader", "EOFException",
-    "param_attr",
+    "param_attr", "embedding",
 ]

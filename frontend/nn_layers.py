@@ -492,6 +492,12 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False, is_
     >>> emb = embedding(words, size=[10000, 64])   # words (-1, T) int64 -> (-1, T, 64)
     >>> emb = embedding(sentence, size=[10000, 64])   # sentence (-1, 1), lod_level 1 -> (-1, 64)
     """
+    op_type = "lookup_table" if input.ndim >= 2 and input.shape[-1] == 1 else "lookup_table_v2"
+    return lookup(input, size, padding_idx, param_attr, dtype, op_type)
+
+
+def lookup(input: Variable, size: Sequence[int], padding_idx, param_attr, dtype, op_type: str) -> Variable:
+    """The embedding layers' common part: the [vocabulary, width] table and the ``op_type`` lookup."""
     if len(size) != 2 or any(int(s) <= 0 for s in size):
         raise ValueError(f"embedding: size must be [vocabulary, width], got {size!r}")
     if dtypes.normalize(input.dtype) not in ("int64", "int32"):
@@ -506,7 +512,6 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False, is_
             raise ValueError(f"embedding: padding_idx={padding_idx} is outside the vocabulary of {vocab}")
     w = helper.create_parameter(ParamAttr.to_attr(param_attr) or ParamAttr(), (vocab, int(size[1])),
                                 dtypes.normalize(dtype))
-    op_type = "lookup_table" if input.ndim >= 2 and input.shape[-1] == 1 else "lookup_table_v2"
     return helper.simple_op(op_type, {"Ids": input, "W": w}, {"padding_idx": pad}, dtype=w.dtype)
 
 

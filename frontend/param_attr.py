@@ -34,8 +34,9 @@ class ParamAttr:
 
     @staticmethod
     def to_attr(arg) -> "ParamAttr | None":
-        """Normalise a layer's ``param_attr``/``bias_attr`` argument; ``False`` means no parameter."""
-        if arg is None:
+        """Normalise a layer's ``param_attr``/``bias_attr`` argument; ``False`` means no parameter,
+        ``True`` (Fluid 1.x's ``bias_attr=True``) and ``None`` a parameter with the defaults."""
+        if arg is None or arg is True:
             return ParamAttr()
         if arg is False:
             return None

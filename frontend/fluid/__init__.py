@@ -16,7 +16,7 @@ from types import ModuleType
 
 from ...ir import unique_name
 from ...lowering import lod_tensor
-from .. import (clip, data_feeder, initializer, io, layers, nets, optimizer, param_attr,
+from .. import (clip, data_feeder, initializer, input_layers, io, layers, nets, optimizer, param_attr,
                 regularizer)
 from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, reader, transpiler
 
@@ -24,7 +24,7 @@ __all__ = ["MODULE_PATHS", "SUBMODULE_PATHS"]
 
 MODULE_PATHS: dict[str, ModuleType] = {
     "layers": layers, "io": io, "nets": nets, "optimizer": optimizer, "clip": clip,
-    "regularizer": regularizer, "initializer": initializer, "param_attr": param_attr,
+    "regularizer": regularizer, "initializer": initializer, "param_attr": param_attr, "input": input_layers,
     "unique_name": unique_name, "data_feeder": data_feeder, "reader": reader, "lod_tensor": lod_tensor,
     "core": core, "executor": executor, "framework": framework, "backward": backward, "compiler": compiler,
     "dygraph": dygraph, "transpiler": transpiler,
