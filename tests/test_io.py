@@ -559,7 +559,9 @@ def test_several_inputs_and_outputs_keep_their_order(tmp_path):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     # Saved again by us, Paddle loads it with the same inputs and outputs in the same order.
     again = str(tmp_path / "again" / "net")
-    fio.save_inference_model(again, feeds, fetches, None, program=program, scope=scope)
+    # Variables: Paddle 2's form (dir/net.pdmodel); names would be Fluid 1.x's (a directory).
+    block = program.global_block()
+    fio.save_inference_model(again, [block.var(n) for n in feeds], fetches, None, program=program, scope=scope)
     p_prog, p_feeds, p_fetches = paddle.static.load_inference_model(again, _pexe())
     assert p_feeds == ["u", "v"]
     for g, w in zip(_pexe().run(p_prog, feed={"u": us, "v": vs}, fetch_list=p_fetches), want):

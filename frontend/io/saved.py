@@ -393,24 +393,45 @@ def inference_program_desc(program: Program, feed_names: Sequence[str], fetch_na
     return desc
 
 
-def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, program: Program | None = None,
-                         scope: Scope | None = None, **kwargs) -> None:
-    """Write ``path_prefix.pdmodel`` and ``path_prefix.pdiparams`` as Paddle 2.6.2's
-    ``paddle.static.save_inference_model`` does (see :func:`inference_program_desc`); the
-    parameters come from ``scope`` (the global scope by default). Both files are written to
-    temporaries first and renamed into place only when both are complete.
+def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, main_program: Program | None = None,
+                         model_filename: str | None = None, params_filename: str | None = None,
+                         export_for_deployment: bool = True, program_only: bool = False, *,
+                         program: Program | None = None, scope: Scope | None = None, **kwargs):
+    """Save the inference part of a program: Paddle 2's ``paddle.static.save_inference_model``
+    or Fluid 1.x's ``fluid.io.save_inference_model``, told apart as the two APIs required:
+
+    - **Paddle 2** (``feed_vars`` are Variables): ``path_prefix.pdmodel`` and
+      ``path_prefix.pdiparams`` (see :func:`inference_program_desc`).
+    - **Fluid 1.x** (``feed_vars`` are variable *names*, Fluid's ``feeded_var_names``, or any of
+      Fluid's ``model_filename`` / ``params_filename`` / ``export_for_deployment`` /
+      ``program_only`` given): ``path_prefix`` is a directory that gets ``__model__`` (or
+      ``model_filename``) and one file per persistable variable (or all of them, sorted by name,
+      in ``params_filename``); returns the fetch targets' names, as Fluid did.
+
+    The program is the same in both layouts. ``main_program`` (Fluid) and ``program`` (Paddle 2)
+    name it, the default main program otherwise; the values come from ``scope`` (the global scope
+    by default). Every file is written to a temporary first and renamed into place only when all
+    are complete. :func:`load_inference_model` reads both layouts.
 
     >>> # fj.io.save_inference_model("out/mlp", [x], [prob], exe)   # out/mlp.pdmodel, out/mlp.pdiparams
+    >>> # fj.io.save_inference_model("out/mlp", ["x"], [prob], exe) # out/mlp/__model__, out/mlp/fc_0.w_0, ...
     """
     del executor
     unknown = set(kwargs) - {"clip_extra", "legacy_format"}
     if unknown:
         raise TypeError(f"save_inference_model got unexpected arguments {sorted(unknown)}")
+    if main_program is not None and program is not None and main_program is not program:
+        raise TypeError("save_inference_model: give main_program= (Fluid) or program= (Paddle 2), not both")
+    program = main_program if program is None else program
     program = default_main_program() if program is None else program
     scope = global_scope() if scope is None else scope
-    if not isinstance(path_prefix, str) or not path_prefix or path_prefix.endswith(("/", os.sep)):
+    feed_items = [feed_vars] if isinstance(feed_vars, (str, Variable)) else list(feed_vars)
+    fluid_layout = (any(isinstance(v, str) for v in feed_items) or model_filename is not None
+                    or params_filename is not None or not export_for_deployment or program_only)
+    if not isinstance(path_prefix, str) or not path_prefix or (
+            not fluid_layout and path_prefix.endswith(("/", os.sep))):
         raise ValueError(f"path_prefix must be 'dirname/name', got {path_prefix!r}")
-    feed_names = names_of(feed_vars, "feed_vars")
+    feed_names = names_of(feed_items, "feed_vars")
     fetch_names = names_of(fetch_vars, "fetch_vars")
     if not fetch_names:
         raise FeedError("save_inference_model needs at least one fetch variable")
@@ -420,13 +441,20 @@ def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, prog
     names = [v.name for v in _program_vars(saved, _is_saved)]
     files = AtomicFiles()
     try:
-        dirname, base = os.path.split(os.path.abspath(path_prefix))
-        if names:
-            _write_vars(files, scope, names, dirname, base + PARAMS_SUFFIX)
-        files.write(path_prefix + MODEL_SUFFIX, lambda f: f.write(model_bytes))
+        if fluid_layout:
+            dirname = path_prefix
+            if names and not program_only:
+                _write_vars(files, scope, names, dirname, params_filename)
+            files.write(os.path.join(dirname, model_filename or LEGACY_MODEL_FILE), lambda f: f.write(model_bytes))
+        else:
+            dirname, base = os.path.split(os.path.abspath(path_prefix))
+            if names:
+                _write_vars(files, scope, names, dirname, base + PARAMS_SUFFIX)
+            files.write(path_prefix + MODEL_SUFFIX, lambda f: f.write(model_bytes))
         files.commit()
     finally:
         files.abort()
+    return fetch_target_names(saved) if fluid_layout else None
 
 
 _PIR_HINT = ("Paddle 3's PIR programs (.json) are not read by fluidjax; save the model with Paddle 2.6, or with "
