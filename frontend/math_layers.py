@@ -37,8 +37,8 @@ def mean(x: Variable, name: str | None = None) -> Variable:
     return LayerHelper("mean", name).simple_op("mean", {"X": x})
 
 
-def softmax(input: Variable, axis: int = -1, name: str | None = None) -> Variable:
-    """Softmax along ``axis``."""
+def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None, axis: int = -1) -> Variable:
+    """Softmax along ``axis`` (Fluid 1.8's arguments; ``use_cudnn`` has no effect)."""
     return LayerHelper("softmax", name).simple_op("softmax", {"X": input}, {"axis": axis})
 
 
@@ -58,10 +58,12 @@ def tanh(x: Variable, name: str | None = None) -> Variable:
 
 
 def scale(x: Variable, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True,
-          name: str | None = None) -> Variable:
-    """scale * x + bias."""
-    return LayerHelper("scale", name).simple_op(
+          activation=None, name: str | None = None) -> Variable:
+    """scale * x + bias (Fluid 1.8's arguments: ``act=`` after ``bias_after_scale``)."""
+    helper = LayerHelper("scale", name)
+    out = helper.simple_op(
         "scale", {"X": x}, {"scale": float(scale), "bias": float(bias), "bias_after_scale": bias_after_scale})
+    return activate(out, activation, helper)
 
 
 def _out(helper: LayerHelper, out: Variable | None, dtype: str, stop_gradient: bool = False) -> Variable:
@@ -296,7 +298,15 @@ def _compare(op_type: str, symbol: str):
 
 equal = _compare("equal", "==")
 not_equal = _compare("not_equal", "!=")
-less_than = _compare("less_than", "<")
+_less_than = _compare("less_than", "<")
+
+
+def less_than(x: Variable, y: Variable, force_cpu=None, cond: Variable | None = None,
+              name: str | None = None) -> Variable:
+    """x < y elementwise, a bool Variable (NumPy broadcasting; no gradient); Fluid 1.8's
+    arguments (``force_cpu`` has no effect: XLA places it). ``cond``, when given, is the Variable
+    the result is written to."""
+    return _less_than(x, y, cond, name)
 less_equal = _compare("less_equal", "<=")
 greater_than = _compare("greater_than", ">")
 greater_equal = _compare("greater_equal", ">=")

@@ -22,12 +22,13 @@ makes ``np_array + var`` reach ``Variable.__radd__`` instead of NumPy's ufunc ma
 from __future__ import annotations
 
 import numbers
+from builtins import slice as builtins_slice
 
 from ..ir import program as ir_program
 from ..ir.errors import SymbolicValueError
 from ..ir.variable import Variable
 from . import layers
-from .layer_helper import atomic_layer
+from .layer_helper import LayerHelper, atomic_layer
 
 
 def _sugar(fn):
@@ -128,6 +129,71 @@ _COMPARISONS = {
 }
 
 
+_INT_MAX = 2 ** 31 - 1
+
+
+def _getitem(self: Variable, item):
+    """``var[index]``: ints, slices (with a step: ``strided_slice``), ``...`` and ``None`` (a new
+    dim of 1), as Fluid's and Paddle 2's static ``Variable.__getitem__``: one ``slice`` op whose
+    ``decrease_axis`` drops the dims an int picks (all of them: a 0-d result, as in Paddle 2.6),
+    then ``unsqueeze`` for ``None``. ``layers.shape(x)[1]`` is the usual use."""
+    items = list(item) if isinstance(item, tuple) else [item]
+    if sum(i is Ellipsis for i in items) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if any(not (i is None or i is Ellipsis or isinstance(i, (int, builtins_slice))) or isinstance(i, bool)
+           for i in items):
+        raise TypeError(f"Variable {self.name!r}: index {item!r} is not supported; index with ints, slices, "
+                        "'...' and None (layers.gather takes a Variable of indices)")
+    real = [i for i in items if i is not None and i is not Ellipsis]
+    if len(real) > self.ndim:
+        raise IndexError(f"too many indices for Variable {self.name!r} of shape {self.shape}")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items = items[:at] + [builtins_slice(None)] * (self.ndim - len(real)) + items[at + 1:]
+    axes, starts, ends, strides, decrease = [], [], [], [], []
+    dim = 0
+    for i in items:
+        if i is None:
+            continue
+        if isinstance(i, int):
+            size = self.shape[dim]
+            if size >= 0 and not -size <= i < size:
+                raise IndexError(f"index {i} is out of range for dim {dim} of Variable {self.name!r} {self.shape}")
+            axes.append(dim), starts.append(i), ends.append(i + 1 if i != -1 else _INT_MAX), strides.append(1)
+            decrease.append(dim)
+        elif i != builtins_slice(None):
+            step = 1 if i.step is None else int(i.step)
+            if step == 0:
+                raise ValueError("slice step cannot be zero")
+            start = i.start if i.start is not None else (0 if step > 0 else _INT_MAX)
+            stop = i.stop if i.stop is not None else (_INT_MAX if step > 0 else -_INT_MAX)
+            axes.append(dim), starts.append(int(start)), ends.append(int(stop)), strides.append(step)
+        dim += 1
+    out = self
+    if axes:
+        helper = LayerHelper("slice")
+        out = helper.create_tmp(self.dtype, stop_gradient=self.stop_gradient)
+        inputs = {"Input": self, "StartsTensor": [], "EndsTensor": [], "StartsTensorList": [], "EndsTensorList": []}
+        attrs = {"axes": axes, "starts": starts, "ends": ends, "infer_flags": [1] * len(axes),
+                 "decrease_axis": decrease}
+        if all(s == 1 for s in strides):
+            helper.append_op("slice", inputs, {"Out": out}, attrs)
+        else:
+            inputs.update(StridesTensor=[], StridesTensorList=[])
+            helper.append_op("strided_slice", inputs, {"Out": out}, {**attrs, "strides": strides})
+    if any(i is None for i in items):
+        # each None's position in the result: after the dims kept before it
+        positions, seen = [], 0
+        for i in items:
+            if i is None:
+                positions.append(seen)
+                seen += 1
+            elif not isinstance(i, int):
+                seen += 1
+        out = layers.unsqueeze(out, positions)
+    return out
+
+
 def install() -> None:
     """Give :class:`Variable` its arithmetic and comparison operators (hashing stays by identity)."""
     for name, (forward, reverse) in _OPERATORS.items():
@@ -140,6 +206,7 @@ def install() -> None:
         method.__doc__ = f"``self {symbol} other``: a ``{layer_name}`` op; returns the bool Variable."
         setattr(Variable, f"__{name}__", method)
     Variable.__hash__ = object.__hash__
+    Variable.__getitem__ = _sugar(_getitem)
     Variable.__neg__ = _sugar(lambda self, _: _scale(self, -1.0))
 
 

@@ -35,10 +35,13 @@ __all__ = [
 Activation = str | Callable | None
 
 
-def fc(input: Variable | Sequence[Variable], output_size: int, activation: str | Callable | None = None,
-       num_flatten_dims: int = 1, param_attr=None, bias_attr=None, name: str | None = None) -> Variable:
+def fc(input: Variable | Sequence[Variable], output_size: int, num_flatten_dims: int = 1, param_attr=None,
+       bias_attr=None, activation: str | Callable | None = None, name: str | None = None) -> Variable:
     """A fully connected layer: ``activation(input · W + b)``, emitted as ``mul``, ``elementwise_add``
-    and the activation op. ``W`` is ``[prod(input.shape[num_flatten_dims:]), output_size]``.
+    and the activation op. ``W`` is ``[prod(input.shape[num_flatten_dims:]), output_size]``. The
+    arguments come in Fluid 1.8's order (``fc(input, size, num_flatten_dims, param_attr,
+    bias_attr, act, name)``); ``size=`` / ``act=`` are the same keywords as ``output_size=`` /
+    ``activation=``.
 
     ``input`` may be a list of Variables (Fluid 1.x): each gets its own weight (``fc_0.w_0``,
     ``fc_0.w_1``, … — ``param_attr`` may be a list with one attr per input), the products are

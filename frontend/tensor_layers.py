@@ -33,7 +33,7 @@ from .layer_args import activate
 __all__ = [
     "fill_constant",
     # shapes and layout
-    "reshape", "transpose", "flatten", "squeeze", "unsqueeze", "expand", "tile",
+    "reshape", "transpose", "flatten", "squeeze", "unsqueeze", "expand", "broadcast_to", "tile",
     # joining and splitting
     "concat", "split", "stack", "unstack",
     # slicing and indexing
@@ -48,9 +48,10 @@ __all__ = [
 ]
 
 
-def fill_constant(shape: Sequence[int], dtype, value, *, out: Variable | None = None,
+def fill_constant(shape: Sequence[int], dtype, value, force_cpu: bool = False, out: Variable | None = None,
                   name: str | None = None) -> Variable:
-    """A tensor of ``shape`` filled with ``value``."""
+    """A tensor of ``shape`` filled with ``value`` (Fluid 1.8's arguments; ``force_cpu`` has no
+    effect: XLA places it)."""
     helper = LayerHelper("fill_constant", name)
     dtype = dtypes.normalize(dtype)
     out = out if out is not None else helper.create_tmp(dtype, stop_gradient=True)
@@ -152,12 +153,37 @@ def unsqueeze(input: Variable, axes: int | Sequence[int], name: str | None = Non
                       {"axes": _ints(axes, "axes", "unsqueeze")}, input)
 
 
-def expand(x: Variable, shape: Sequence[int], name: str | None = None) -> Variable:
-    """``x`` broadcast to ``shape`` (Paddle 2's ``expand``, op ``expand_v2``): -1 keeps x's dim,
-    size-1 dims stretch, new dims may be added in front. (fluid 1.x's ``expand(x, expand_times)``
-    repeated x instead: that is :func:`tile`.)
+def expand(x: Variable, expand_times, name: str | None = None) -> Variable:
+    """``x`` repeated ``expand_times[i]`` times along each dim: Fluid 1.x's ``expand`` (op
+    ``expand``), one entry per dim of ``x``. An entry may be a Variable whose value is known when
+    the step compiles (``layers.shape(y)[1]``: shapes are static under XLA), as Fluid's
+    ``expand_times_tensor``; so may the whole of ``expand_times``. Paddle 2's ``expand`` (broadcast
+    to a shape) is :func:`broadcast_to`.
 
-    >>> expand(x, [-1, 5, 3])        # x (-1, 1, 3) -> (-1, 5, 3)
+    >>> expand(x, [1, 5, 1])         # x (-1, 1, 3) -> (-1, 5, 3)
+    """
+    helper = LayerHelper("expand", name)
+    inputs: dict = {"X": x}
+    if isinstance(expand_times, Variable):
+        inputs["ExpandTimes"] = expand_times
+        attrs = {"expand_times": [-1] * x.ndim}
+    else:
+        times = list(expand_times)
+        if len(times) != x.ndim:
+            raise ShapeError(f"expand: expand_times {times} needs one entry per dim of {x.name!r} {x.shape}")
+        attrs = {"expand_times": [-1 if isinstance(t, Variable) else int(t) for t in times]}
+        if any(isinstance(t, Variable) for t in times):
+            inputs["expand_times_tensor"] = [
+                (t if t.dtype == "int32" else cast(t, "int32")) if isinstance(t, Variable)
+                else fill_constant([1], "int32", int(t)) for t in times]
+    return helper.simple_op("expand", inputs, attrs)
+
+
+def broadcast_to(x: Variable, shape: Sequence[int], name: str | None = None) -> Variable:
+    """``x`` broadcast to ``shape`` (Paddle 2's ``expand`` / ``broadcast_to``, op ``expand_v2``):
+    -1 keeps x's dim, size-1 dims stretch, new dims may be added in front.
+
+    >>> broadcast_to(x, [-1, 5, 3])  # x (-1, 1, 3) -> (-1, 5, 3)
     """
     helper = LayerHelper("expand", name)
     return helper.simple_op("expand_v2", {"X": x, "Shape": [], "expand_shapes_tensor": []},

@@ -190,6 +190,8 @@ class Executor:
         """
         program = default_main_program() if program is None else program
         scope = global_scope() if scope is None else scope
+        if isinstance(feed, (list, tuple)) and len(feed) == 1 and isinstance(feed[0], Mapping):
+            feed = feed[0]      # Fluid's DataLoader yields one feed dict per place: one place here
         if scope.__class__ is not Scope and not isinstance(scope, Scope):
             raise TypeError(f"Executor.run expects a fluidjax Scope, got {type(scope).__name__}")
         committed = False

@@ -44,7 +44,7 @@ def test_shape_and_layout_layers_match_paddle():
         layer.reshape(x, [0, 12]), layer.reshape(x, [-1, 2, 6]), layer.reshape(x, [0, 4, 3], activation="relu"),
         layer.transpose(x, [0, 2, 1]), layer.flatten(x), layer.flatten(x, start_axis=1),
         layer.squeeze(layer.unsqueeze(x, [1, -1]), [1]), layer.unsqueeze(x, 0),
-        layer.expand(layer.unsqueeze(x, [1]), [-1, 2, 3, 4]), layer.tile(x, [1, 2, 1]), layer.tile(x, [2]),
+        layer.broadcast_to(layer.unsqueeze(x, [1]), [-1, 2, 3, 4]), layer.tile(x, [1, 2, 1]), layer.tile(x, [2]),
     ]
     assert outs[0].shape == (-1, 12) and outs[1].shape == (-1, 2, 6) and outs[3].shape == (-1, 4, 3)
     assert outs[4].shape == (-1,) and outs[5].shape == (-1, 12) and outs[6].shape == (-1, 3, 4, 1)
@@ -145,7 +145,7 @@ def test_gradients_through_tensor_layers_match_paddle():
     parts = layer.unstack(s, axis=1)
     z = layer.concat([g, layer.flatten(layer.stack(parts, axis=2), 1), layer.slice(g, [1], [1], [3])], axis=1)
     z = layer.pad(layer.tile(layer.unsqueeze(z, [1]), [1, 2, 1]), [0, 0, 0, 1, 1, 0], 0.5)
-    z = layer.flatten(layer.expand(layer.cast(layer.flatten(z, 1), "float64"), [2, -1, 36]), 0, 1)
+    z = layer.flatten(layer.broadcast_to(layer.cast(layer.flatten(z, 1), "float64"), [2, -1, 36]), 0, 1)
     y = layer.fc(layer.cast(z, "float32"), output_size=2,
                  param_attr=fj.ParamAttr(name="w", initializer=fj.initializer.Constant(0.1)), bias_attr=False)
     loss = layer.mean(layer.square(y))
@@ -210,7 +210,7 @@ def test_bad_inputs_are_clear_errors_at_build_time():
     with pytest.raises(fj.ShapeError, match="one shape"):
         layer.stack([x, y])
     with pytest.raises(fj.ShapeError, match="only expand"):
-        layer.expand(x, [-1, 3, 8])
+        layer.broadcast_to(x, [-1, 3, 8])
     with pytest.raises(fj.ShapeError, match="int32 or int64"):
         layer.gather(x, x)
     with pytest.raises(fj.ShapeError, match="unknown"):

@@ -53,7 +53,10 @@ def softmax(ctx):
 def _cross_entropy_shape(ctx: InferShapeContext) -> None:
     x, label = ctx.input("X"), ctx.input("Label")
     soft = ctx.attr("soft_label")
-    ctx.check(x.ndim == label.ndim, f"X has rank {x.ndim} but Label rank {label.ndim}")
+    # Hard labels may also come without the trailing 1 (Label rank = X rank - 1, as Paddle takes
+    # them: Y then has Label's shape).
+    squeezed = not soft and label.ndim == x.ndim - 1
+    ctx.check(x.ndim == label.ndim or squeezed, f"X has rank {x.ndim} but Label rank {label.ndim}")
     for a, b in zip(x.shape[:-1], label.shape[:-1]):
         ctx.check(dims_equal(a, b), f"X {x.shape} and Label {label.shape} differ before the last dim")
     if soft:
@@ -62,10 +65,10 @@ def _cross_entropy_shape(ctx: InferShapeContext) -> None:
                   f"classes, X's last dim ({x.shape[-1]})")
         ctx.check(label.dtype == x.dtype, f"a soft Label must have X's dtype {x.dtype}, got {label.dtype}")
     else:
-        ctx.check(dims_equal(label.shape[-1], 1),
+        ctx.check(squeezed or dims_equal(label.shape[-1], 1),
                   f"hard labels (soft_label=False) need Label's last dim to be 1, got {label.shape}")
         ctx.check(label.dtype in ("int64", "int32"), f"hard labels must be int64 or int32, got {label.dtype}")
-    ctx.set_output("Y", x.shape[:-1] + (1,), x.dtype, x.lod_level)
+    ctx.set_output("Y", x.shape[:-1] + (() if squeezed else (1,)), x.dtype, x.lod_level)
 
 
 @op("cross_entropy", inputs="X Label", outputs="Y", attrs={"soft_label": False, "ignore_index": -100},
@@ -75,8 +78,11 @@ def cross_entropy(ctx):
     x, label = ctx.input("X"), ctx.input("Label")
     if ctx.attr("soft_label"):
         return {"Y": -jnp.sum(label * jnp.log(x), axis=-1, keepdims=True)}
-    picked = jnp.take_along_axis(x, jnp.clip(label, 0, x.shape[-1] - 1).astype(jnp.int32), axis=-1)
+    squeezed = label.ndim == x.ndim - 1
+    index = label[..., None] if squeezed else label
+    picked = jnp.take_along_axis(x, jnp.clip(index, 0, x.shape[-1] - 1).astype(jnp.int32), axis=-1)
     loss = -jnp.log(picked)
+    loss = loss[..., 0] if squeezed else loss
     return {"Y": jnp.where(label == ctx.attr("ignore_index"), jnp.zeros_like(loss), loss)}
 
 

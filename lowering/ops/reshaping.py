@@ -394,7 +394,11 @@ def expand_v2(ctx):
 def _expand_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     if ctx.input("ExpandTimes") is not None or ctx.inputs("expand_times_tensor"):
-        ctx.set_output("Out", (-1,) * x.ndim, x.dtype, x.lod_level)
+        # Entries known in the attribute (Fluid writes -1 where a tensor gives the count) keep theirs.
+        known = [int(t) for t in ctx.attr("expand_times")] if ctx.inputs("expand_times_tensor") else []
+        known = known if len(known) == x.ndim else [-1] * x.ndim
+        ctx.set_output("Out", tuple(d * t if d >= 0 and t >= 0 else -1 for d, t in zip(x.shape, known)),
+                       x.dtype, x.lod_level)
         return
     times = [int(t) for t in ctx.attr("expand_times")]
     ctx.check(len(times) == x.ndim, f"expand_times {times} needs one value per dim of X {x.shape}")
