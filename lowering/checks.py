@@ -153,8 +153,15 @@ class StepChecks:
                                                           "variable": op.inputs[spec.slot][0]}))
 
     def check_finite(self, op, slot: str, name: str, value) -> None:
-        """Under ``FLAGS_check_nan_inf``: ``value`` (output ``slot`` of ``op``) holds no NaN or Inf."""
-        self.items.append((jnp.all(jnp.isfinite(value)), None, {
+        """Under ``FLAGS_check_nan_inf``: ``value`` (output ``slot`` of ``op``) holds no NaN or Inf.
+        Of a LoD value only the real rows count: padding rows are never part of a result (a ``log``
+        of a zero padding row is -inf and harmless)."""
+        if value.__class__ is LoDValue:
+            real = value.row_mask().reshape((-1,) + (1,) * (value.data.ndim - 1))
+            finite = jnp.all(jnp.isfinite(value.data) | ~real)
+        else:
+            finite = jnp.all(jnp.isfinite(value))
+        self.items.append((finite, None, {
             "kind": "nan_inf", "op": op, "variable": name,
             "message": f"output {slot} (variable {name!r}) holds NaN or Inf"}))
 

@@ -99,6 +99,17 @@ def _check_offsets(name: str, lod, rows: int) -> None:
         raise FeedError(f"feed {name!r}: invalid LoD {lod}: {problem}")
 
 
+def _fluid_trailing_one(data: np.ndarray, declared: tuple[int, ...]) -> np.ndarray:
+    """LoD data whose shape is the declared one with a trailing 1 added or dropped, reshaped to the
+    declared rank: Fluid 1.x's ``create_lod_tensor`` of Python lists always makes ``[N, 1]`` rows,
+    scripts feed them to ids declared ``[None]`` (``fluid.data``), and Fluid took both spellings."""
+    if data.ndim == len(declared) + 1 and data.shape[-1] == 1:
+        return data.reshape(data.shape[:-1])
+    if data.ndim + 1 == len(declared) and declared[-1] == 1:
+        return data.reshape(data.shape + (1,))
+    return data
+
+
 def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...], var) -> LoDValue:
     """A feed of a ``lod_level > 0`` variable: a LoDTensor with that many levels, as a padded
     :class:`LoDValue` (see ``lod_value.py``)."""
@@ -110,6 +121,9 @@ def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, .
     if len(lod) != var.lod_level:
         raise FeedError(f"feed {name!r}: the variable has lod_level {var.lod_level}, but the LoDTensor has "
                         f"{len(lod)} LoD level(s)")
-    data = check_feed(name, np.asarray(value.value()) if value.value() is not None else value, want, declared, var)
+    data = np.asarray(value.value()) if value.value() is not None else value
+    if isinstance(data, np.ndarray) and data.ndim >= 1:
+        data = _fluid_trailing_one(data, declared)
+    data = check_feed(name, data, want, declared, var)
     _check_offsets(name, lod, data.shape[0])
     return from_host(np.asarray(data), lod)

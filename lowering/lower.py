@@ -65,8 +65,9 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
     values = _values(op, env)
     lod_source = _first_lod(values)
     counted = _counted_plain_rows(op, values) if lod_source is not None else None
+    plain_rows = None
     if lod_source is not None and op.type not in LOD_AWARE:
-        values = _strip_lod(op, values)
+        values, plain_rows = _strip_lod(op, values)
     if checks is not None:                # on the padded rows of LoD ids (padding rows hold 0)
         checks.check_indices(op, values)
     ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block or lower_sub_block, env=env)
@@ -95,6 +96,17 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
                 elif (counted is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
                         and v.shape[0] == counted.data.shape[0]):
                     v = LoDValue(v, counted.offsets)         # row by row: keep the real row count
+                elif (plain_rows is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
+                        and v.shape[0] == plain_rows[1] and not _declared_lod(op, name)):
+                    # a plain result of the padded rows: its real count is the plain input's
+                    v = LoDValue(v, (jnp.asarray([0, plain_rows[0]], jnp.int32),))
+                elif (slot in PLAIN_ROW_OUTPUTS.get(op.type, ()) and lod_source is not None
+                        and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
+                        and v.shape[0] == lod_source.data.shape[0] and not _declared_lod(op, name)):
+                    # Plain rows, one per row of a LoD input (an op that shares no LoD, gru_unit):
+                    # their real count is the input's, kept as a counted value of one sequence.
+                    v = LoDValue(v, (jnp.stack([jnp.zeros((), jnp.int32),
+                                                lod_source.row_count().astype(jnp.int32)]),))
                 env[name] = v
                 if checks is not None and checks.nan_inf and _differentiable(v):
                     checks.check_finite(op, slot, name, v)
@@ -121,6 +133,16 @@ def _foldable(opdef, op, values) -> bool:
 # Op types whose JAX rules take LoDValue inputs themselves (sequence ops, LoD-aware reductions);
 # every other op sees the padded rows of a LoD input as a plain array.
 LOD_AWARE: set[str] = set()
+
+
+# Op type -> its output slots that hold one plain row per row of its inputs (ops that share no LoD,
+# such as gru_unit): from a LoD input they keep the real row count (see run_op).
+PLAIN_ROW_OUTPUTS: dict[str, frozenset] = {}
+
+
+def plain_row_outputs(op_type: str, *slots: str) -> None:
+    """Declare that ``slots`` of ``op_type`` are plain rows, one per row of its (LoD) inputs."""
+    PLAIN_ROW_OUTPUTS[op_type] = frozenset(slots)
 
 
 def lod_aware(*types: str) -> None:
@@ -155,17 +177,49 @@ def _mixes_rows(op, value) -> bool:
     return False
 
 
-def _strip_lod(op, values: dict) -> dict:
-    """The op's inputs with LoD values replaced by their padded rows.
+# Ops whose inputs are rows of the same sequences (a plain input among LoD ones has the real rows
+# only, and is padded to theirs), and their gradients: op type -> None (inputs with the LoD
+# input's row shape) or the slots that are not rows (weights).
+_ROW_ALIGNED: dict[str, frozenset | None] = {
+    t + g: None for t in ("sum", "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
+                          "elementwise_max", "elementwise_min") for g in ("", "_grad")}
+_ROW_ALIGNED.update({"gru_unit": frozenset({"Weight", "Bias"}), "lstm_unit": frozenset(),
+                     "gru_unit_grad": frozenset({"Weight", "Bias", "Weight@GRAD", "Bias@GRAD"}),
+                     "lstm_unit_grad": frozenset()})
+
+
+def _strip_lod(op, values: dict) -> tuple[dict, tuple[int, int] | None]:
+    """The op's inputs with LoD values replaced by their padded rows, and, when plain inputs of a
+    row-aligned op were padded to match, (their row count, the padded row count) — so a plain
+    output keeps the plain input's real row count (a counted value of one sequence).
 
     LoD inputs padded to different row counts (a LoD value made by an op, say, next to a fed one
-    with the same LoD) are padded to the longest: rows past the real ones are padding in all.
+    with the same LoD) are padded to the longest: rows past the real ones are padding in all. A
+    plain input of ``sum`` / ``elementwise_*`` with the same rows as a LoD one (``fc`` of a list
+    mixing a sequence and a dense value with one row per element) holds only the real rows: it
+    is zero-padded to the LoD rows.
     """
     lods = [v for vals in values.values() for v in vals if v.__class__ is LoDValue]
     rows = max(v.data.shape[0] for v in lods)
     if any(v.data.shape[0] != rows for v in lods):
         values = {slot: [_pad_rows(v, rows) if v.__class__ is LoDValue else v for v in vals]
                   for slot, vals in values.items()}
+    plain_rows = None
+    if op.type in _ROW_ALIGNED:
+        not_rows, tail = _ROW_ALIGNED[op.type], tuple(lods[0].data.shape[1:])
+
+        def rows_of(slot, v):          # a plain input holding rows, shorter than the padded ones
+            if v is None or v.__class__ is LoDValue or getattr(v, "ndim", 0) < 1 or not 1 < v.shape[0] < rows:
+                return False
+            if not_rows is None:
+                return v.ndim == len(tail) + 1 and tuple(v.shape[1:]) == tail
+            return slot not in not_rows and v.ndim >= 2
+
+        short = {v.shape[0] for slot, vals in values.items() for v in vals if rows_of(slot, v)}
+        if len(short) == 1:
+            plain_rows = (short.pop(), rows)
+            values = {slot: [_pad_rows(LoDValue(v, ()), rows).data if rows_of(slot, v) else v for v in vals]
+                      for slot, vals in values.items()}
     out = dict(values)
     for slot, vals in values.items():
         if any(v.__class__ is LoDValue for v in vals):
@@ -175,7 +229,7 @@ def _strip_lod(op, values: dict) -> dict:
                     f"{op.type!r} would mix its padding rows into the result; pool the sequences first "
                     "(layer.sequence_pool) or reduce along other dimensions")
             out[slot] = [v.data if v.__class__ is LoDValue else v for v in vals]
-    return out
+    return out, plain_rows
 
 
 def _pad_rows(value: LoDValue, rows: int) -> LoDValue:

@@ -45,7 +45,7 @@ from jax import lax
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
 from ..lod_value import LoDValue
-from ..lower import lod_aware
+from ..lower import lod_aware, plain_row_outputs
 from ._shapes import dims_equal
 
 # Paddle's GetActivationType names (lstm also lists them in its attrs' InEnum); the _v2 forms are
@@ -278,9 +278,11 @@ def _gru_unit_shape(ctx: InferShapeContext) -> None:
         ctx.check(ctx.attr(attr) in _GRU_UNIT_ACTIVATIONS,
                   f"{attr} must be 0 (identity), 1 (sigmoid), 2 (tanh) or 3 (relu), got {ctx.attr(attr)!r}")
     batch = x.shape[0] if x.shape[0] >= 0 else h.shape[0]
-    ctx.set_output("Gate", (batch, 3 * size), x.dtype, x.lod_level)
-    ctx.set_output("ResetHiddenPrev", (batch, size), x.dtype, x.lod_level)
-    ctx.set_output("Hidden", (batch, size), x.dtype, x.lod_level)
+    # Paddle's gru_unit shares no LoD: its outputs are plain rows, one per row of Input (the
+    # decoders of Fluid 1.x sequence_expand the new state by the selected ids).
+    ctx.set_output("Gate", (batch, 3 * size), x.dtype, 0)
+    ctx.set_output("ResetHiddenPrev", (batch, size), x.dtype, 0)
+    ctx.set_output("Hidden", (batch, size), x.dtype, 0)
 
 
 def _lstm_unit_shape(ctx: InferShapeContext) -> None:
@@ -421,3 +423,7 @@ def lstm_unit(ctx):
 
 
 lod_aware("lstm", "gru")
+plain_row_outputs("gru_unit", "Gate", "ResetHiddenPrev", "Hidden")
+plain_row_outputs("gru_unit_grad", "Input@GRAD", "HiddenPrev@GRAD")
+plain_row_outputs("lstm_unit", "C", "H")
+plain_row_outputs("lstm_unit_grad", "X@GRAD", "C_prev@GRAD")

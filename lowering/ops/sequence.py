@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
@@ -112,10 +113,16 @@ def sequence_softmax(ctx):
     flat = data.reshape(data.shape[0])
     seg, real, count = _segment_info(x)
     ids = jnp.where(real, seg, count)            # padding rows: past the end, dropped
-    peak = jax.ops.segment_max(flat, ids, num_segments=count)
-    e = jnp.where(real, jnp.exp(flat - peak[seg]), jnp.zeros((), flat.dtype))
+    zero = jnp.zeros((), flat.dtype)
+    # Every value computed for a padding row or an empty sequence stays finite (peak -inf of an
+    # empty segment, a 0 total): jnp.where's gradient multiplies the untaken side by 0, and 0 * inf
+    # is NaN (a DynamicRNN step whose static input has empty sequences hit that).
+    peak = lax.stop_gradient(jax.ops.segment_max(flat, ids, num_segments=count))
+    peak = jnp.where(jnp.isfinite(peak), peak, zero)
+    e = jnp.where(real, jnp.exp(jnp.where(real, flat - peak[seg], zero)), zero)
     total = jax.ops.segment_sum(e, ids, num_segments=count)
-    out = jnp.where(real, e / total[seg], jnp.zeros((), flat.dtype))
+    total = jnp.where(total > 0, total, jnp.ones((), flat.dtype))
+    out = jnp.where(real, e / total[seg], zero)
     return {"Out": LoDValue(out.reshape(data.shape), x.offsets)}
 
 
