@@ -121,12 +121,20 @@ def transpose(x: Variable, perm: Sequence[int], name: str | None = None) -> Vari
     return _xshape_op(helper, "transpose2", {"X": x}, {"axis": perm}, x)
 
 
-def flatten(x: Variable, start_axis: int = 0, stop_axis: int = -1, name: str | None = None) -> Variable:
+def flatten(x: Variable, start_axis: int = 0, stop_axis: int = -1, name: str | None = None, *,
+            axis: int | None = None) -> Variable:
     """``x`` with dims ``start_axis`` … ``stop_axis`` merged into one (Paddle 2's ``flatten``,
-    op ``flatten_contiguous_range``; fluid 1.x's ``flatten(x, axis)`` made a 2-D result instead).
+    op ``flatten_contiguous_range``). Fluid 1.x's ``flatten(x, axis=k)`` — the 2-D result
+    ``[prod(dims[:k]), prod(dims[k:])]``, op ``flatten2`` — when ``axis=`` is given by keyword.
+    (``flatten(x)`` with no axes is Paddle 2's 1-D result; Fluid's default was ``axis=1``.)
 
     >>> flatten(x, start_axis=1)     # x (-1, 3, 4, 5) -> (-1, 60)
+    >>> flatten(x, axis=2)           # x (-1, 3, 4, 5) -> (-1, 20)
     """
+    if axis is not None:
+        if not 0 <= int(axis) <= x.ndim:
+            raise ShapeError(f"flatten: axis {axis} is out of range [0, {x.ndim}] for {x.shape}")
+        return _xshape_op(LayerHelper("flatten", name), "flatten2", {"X": x}, {"axis": int(axis)}, x)
     rank = builtins.max(x.ndim, 1)
     attrs = {"start_axis": _axis(start_axis, rank, "flatten"), "stop_axis": _axis(stop_axis, rank, "flatten")}
     if attrs["start_axis"] > attrs["stop_axis"]:
