@@ -101,5 +101,5 @@ __all__ = [
     "scope_guard", "name_scope", "in_dygraph_mode", "gradients", "NotOfferedError", "ExecutionStrategy",
     "CUDAPinnedPlace", "cpu_places", "cuda_places", "is_compiled_with_cuda", "Tensor", "data_feeder", "DataLoader",
     "PyReader", "EOFException",
-    "param_attr", "embedding",
+    "param_attr", "embedding", "amp", "contrib",
 ]

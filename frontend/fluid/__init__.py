@@ -18,7 +18,9 @@ from ...ir import unique_name
 from ...lowering import lod_tensor
 from .. import (clip, data_feeder, initializer, input_layers, io, layers, nets, optimizer, param_attr,
                 regularizer)
+from .. import amp
 from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, reader, transpiler
+from . import contrib, mixed_precision
 
 __all__ = ["MODULE_PATHS", "SUBMODULE_PATHS"]
 
@@ -28,8 +30,11 @@ MODULE_PATHS: dict[str, ModuleType] = {
     "unique_name": unique_name, "data_feeder": data_feeder, "reader": reader, "lod_tensor": lod_tensor,
     "core": core, "executor": executor, "framework": framework, "backward": backward, "compiler": compiler,
     "dygraph": dygraph, "transpiler": transpiler,
+    # Mixed precision: Paddle 2.x's static.amp as fluidjax.amp, Fluid's as fluid.contrib.mixed_precision.
+    "amp": amp, "contrib": contrib,
 }
 
 # Paths below a module that is not a package (``fluidjax.layers.learning_rate_scheduler``):
 # installed as modules and as attributes of their parent.
-SUBMODULE_PATHS: dict[str, ModuleType] = {"layers.learning_rate_scheduler": learning_rate_scheduler}
+SUBMODULE_PATHS: dict[str, ModuleType] = {"layers.learning_rate_scheduler": learning_rate_scheduler,
+                                          "contrib.mixed_precision": mixed_precision}
