@@ -21,7 +21,7 @@ from .ir.errors import (InputTypeError, LoDError, LoDTypeError, OpVersionError, 
 from .lowering import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPlace, Executor, LoDTensor, Scope,
                        TPUPlace, global_scope)
 from .lowering.flags import get_flags, set_flags
-from .ir.errors import ReentrantRunError, ResourceExhaustedError
+from .ir.errors import LoopBoundError, ReentrantRunError, ResourceExhaustedError
 from .lowering.executor import compiled_memory
 from .frontend import DataFeeder, batch, reader
 from .lowering.lod_tensor import create_lod_tensor, create_random_int_lodtensor
@@ -87,7 +87,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BuildStrategy", "CompiledProgram", "distributed", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
-    "ReentrantRunError", "ResourceExhaustedError", "compiled_memory",
+    "LoopBoundError", "ReentrantRunError", "ResourceExhaustedError", "compiled_memory",
     "UnregisteredOpError", "VariableNotFoundError", "OpVersionError", "ParameterMismatchError", "TensorFormatError",
     "UnsafeFormatError", "InputTypeError", "LoDError", "LoDTypeError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",

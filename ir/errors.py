@@ -128,3 +128,12 @@ class ResourceExhaustedError(FluidJaxError, MemoryError):
     """A run's step needs more memory than its device has free. Raised before the step runs when
     the need is known to exceed what is free, or when XLA runs out; the message gives both figures
     and says whether the scope is unchanged (see ``docs/reliability.md``)."""
+
+
+class LoopBoundError(FluidJaxError, RuntimeError):
+    """A ``while`` op ran more iterations than ``FLAGS_max_while_iterations`` allows; ``op_type``,
+    ``bound`` and ``location`` say which loop and where it was built. The scope is unchanged."""
+
+    def __init__(self, message: str, op_type: str = "while", bound: int = 0, location: str = "") -> None:
+        super().__init__(message)
+        self.op_type, self.bound, self.location = op_type, bound, location

@@ -27,10 +27,10 @@ import numpy as np
 from ..ir import dtypes, registry
 from ..ir.errors import (FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError,
                          UnregisteredOpError)
-from ..ir.errors import ReentrantRunError, ResourceExhaustedError
+from ..ir.errors import LoopBoundError, ReentrantRunError, ResourceExhaustedError
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
-from . import flags, host_init, memory
+from . import flags, host_init, interrupt, memory
 from .checks import HostIndexCheck, StepChecks, fed_source, index_error, specs_of
 from .context import make_key
 from .feeds import check_feed, check_lod_feed
@@ -144,6 +144,8 @@ class _Plan:
     quiet_below: int = -1
     step_fn: Any = None                    # the traced function (a step without donation is made from it)
     kept_step: Any = None                  # jax.jit(step_fn) without donation, made when first needed
+    # A step with a while loop: undonated, run so that Ctrl-C can abandon it (lowering/interrupt.py).
+    interruptible: bool = False
 
 
 class Executor:
@@ -215,12 +217,13 @@ class Executor:
                         need = plan.memory.get(tuple([f.shape for f in args[2]]))
                         if need is None or need > plan.quiet_below:
                             careful = self._check_memory(plan, args)
+                    outs = self._call_interruptible(plan, args) if plan.interruptible else None
                     with deferred_signals():
                         try:
                             if plan.on_host:
                                 fetches, failed = self._commit_host(program, scope, plan, values)
                             else:
-                                fetches, failed = self._execute(program, scope, plan, args, careful)
+                                fetches, failed = self._execute(program, scope, plan, args, careful, outs)
                             committed = failed is None
                         finally:
                             runs.discard(lock)   # before the deferred handlers run: they may run
@@ -242,22 +245,26 @@ class Executor:
                 exc.add_note(_COMMITTED_NOTE)
             raise
 
-    def _execute(self, program: Program, scope: Scope, plan: _Plan, args: tuple, careful: bool = False):
+    def _execute(self, program: Program, scope: Scope, plan: _Plan, args: tuple, careful: bool = False,
+                 outs: Any = None):
         """Call the compiled step and commit its state: the window in which signals are deferred.
 
         Returns the fetches and None, or (None, the check error) when a run-time check failed:
         then the step has handed back the old state (selected inside the step), which is put
         back, and nothing else is written. ``careful``: the step needs most of the free memory,
-        so it runs without donation and is waited for before anything is committed.
+        so it runs without donation and is waited for before anything is committed. ``outs``:
+        the outputs of an interruptible step, run already (``_call_interruptible``).
         """
         mutable = args[0]
         step = plan.step
-        if careful:
+        if careful and outs is None:
             if plan.kept_step is None:
                 plan.kept_step = jax.jit(plan.step_fn)
             step = plan.kept_step
         try:
-            if self._device is not None:
+            if outs is not None:
+                pass
+            elif self._device is not None:
                 with jax.default_device(self._device):
                     outs = step(*args)
             else:
@@ -298,6 +305,60 @@ class Executor:
         if plan.random:
             self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
         return fetches, None
+
+    def _call_interruptible(self, plan: _Plan, args: tuple):
+        """Run the step of a plan with a ``while`` loop so that Ctrl-C can abandon it (see
+        ``interrupt.py``): undonated, in a worker thread while the main thread waits in short
+        slices; an exception from a signal handler abandons the run (its loops end at their next
+        poll) and leaves the scope as it was. Returns the step's outputs, ready."""
+        token = interrupt.new_token()
+        args = args[:4] + (np.array([token, flags.max_while_iterations], np.int32),)
+        box: dict = {}
+        done = threading.Event()
+        device = self._device
+
+        def work():
+            try:
+                if device is not None:
+                    with jax.default_device(device):
+                        outs = plan.step(*args)
+                else:
+                    outs = plan.step(*args)
+                box["outs"] = jax.block_until_ready(outs)
+            except BaseException as exc:  # noqa: BLE001  (handed to the caller)
+                box["exc"] = exc
+            finally:
+                box["hits"] = interrupt.finished(token)
+                done.set()
+
+        if threading.current_thread() is threading.main_thread():
+            threading.Thread(target=work, name="fluidjax-step", daemon=True).start()
+            try:
+                while not done.wait(0.05):
+                    pass
+            except BaseException:
+                interrupt.cancel(token)   # the worker's loops end at their next poll; nothing is committed
+                done.wait(0.5)            # (usually within milliseconds; the abandoned run goes on otherwise)
+                raise
+        else:                             # signals reach the main thread only: nothing to wait for
+            work()
+        if "exc" in box:
+            exc = box["exc"]
+            if _out_of_memory(exc):
+                raise ResourceExhaustedError(
+                    f"XLA ran out of memory running the step ({self._need_text(plan, args)}). The step ran "
+                    f"without donation, so nothing was lost: the scope is as it was before the run. The failure: "
+                    f"{type(exc).__name__}: {exc}") from exc
+            raise exc
+        if box["hits"]:
+            op_type, where = box["hits"][0]
+            bound = flags.max_while_iterations
+            raise LoopBoundError(
+                f"op {op_type!r} created at {where} ran {bound:,} iterations and would run more: "
+                f"FLAGS_max_while_iterations is {bound:,}. The run was not applied; the scope is as it was "
+                "before it. Raise the flag (fj.set_flags), or check the loop's condition.",
+                op_type=op_type, bound=bound, location=where)
+        return box["outs"]
 
     # -- memory (lowering/memory.py) --------------------------------------------------------------
     def _check_memory(self, plan: _Plan, args: tuple) -> bool:
@@ -489,6 +550,8 @@ class Executor:
         if plan.random:
             count = self._runs.get(program._uid, 0)
             seed = np.array([program.random_seed or self._default_seed, count], np.uint32)
+        if plan.interruptible:          # no run: its loops are never abandoned nor bounded
+            return program, scope, plan, (mutable, const, feeds, seed, _IDLE_RUN)
         return program, scope, plan, (mutable, const, feeds, seed)
 
     def _slow_plan(self, program, feed: dict, fetch_names: tuple) -> _Plan:
@@ -627,6 +690,7 @@ class Executor:
                                   and not (op.type == "batch_norm" and op.attr("is_test"))), None),
             fixed_random_ops=fixed,
             on_host=not feed_names and not external and host_init.can_run(jit_ops),
+            interruptible=any(op.type == "while" for op in ops_with_sub_blocks(jit_ops)),
         )
         plan.feed_specs = tuple((n, dtypes.to_numpy(var.dtype), var.shape, var, tuple(host_checks.get(n, ())),
                                  _fast_tail(var.shape), len(var.shape))
@@ -669,8 +733,11 @@ class Executor:
 
         executor = weakref.ref(self)   # the step lives on the program: it must not keep the Executor
 
+        if sharded is not None:
+            plan.interruptible = False    # a step over several devices keeps its four arguments
+
         # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
-        def step(mutable, const, feeds, seed):
+        def step(mutable, const, feeds, seed, run=None):
             exe = executor()
             if exe is not None:
                 exe.trace_count += 1
@@ -684,7 +751,11 @@ class Executor:
                 run_key = jax.random.fold_in(fixed_key, seed[1])
                 op_keys = lambda i: fixed_key if i in fixed else run_key  # noqa: E731
             checks = StepChecks(check_index, check_nan_inf, host_checked) if plan.has_checks else None
-            run_ops(ops, env, checks=checks, op_keys=op_keys)
+            if run is None:
+                run_ops(ops, env, checks=checks, op_keys=op_keys)
+            else:                         # (token, bound): the loops poll and count (interrupt.py)
+                with interrupt.tracing(run[0], run[1]):
+                    run_ops(ops, env, checks=checks, op_keys=op_keys)
             missing = [n for n in written + fetch_names if n not in env]
             if missing:
                 raise OpRuntimeError(_not_computed(plan, missing[0]))
@@ -708,7 +779,8 @@ class Executor:
         if sharded is None:
             # checked per feed shape (a startup program runs on the host; sharded steps span devices)
             plan.memory = None if plan.on_host else {}
-            return jax.jit(step, donate_argnums=(0,))
+            # A step with a loop that may never end is not donated: Ctrl-C can abandon it any time.
+            return jax.jit(step, donate_argnums=() if plan.interruptible else (0,))
         return sharded.jit(step)
 
     # -- feeds and state -----------------------------------------------------------------------
@@ -799,6 +871,10 @@ def _unbind(plan_ref, scope_ref) -> None:
 
 
 _analysis_executor: list = []
+
+# The run argument of an interruptible step called outside a run (lower, compiled_memory): token 0
+# (never abandoned), no bound.
+_IDLE_RUN = np.zeros(2, np.int32)
 
 
 def compiled_memory(program: Program, feed: Mapping[str, Any] | None = None, scope: Scope | None = None,

@@ -17,6 +17,11 @@ an accuracy, a full reduction) Fluid 1.x's shape ``[1]`` instead of Paddle 2.6's
 fetched 0-d result already answers ``value[0]`` (:mod:`.fetched`); the one Fluid 1.x idiom that
 needs the flag is copying it first, ``np.array(value)[0]``. It changes only what the host gets.
 
+``FLAGS_max_while_iterations`` (default 0, no bound; fluidjax's own flag) stops every ``while``
+loop after that many iterations and makes the run raise :class:`~fluidjax.LoopBoundError` naming
+the op, its line and the bound; the scope is unchanged. It is an argument of the step, read per
+run (no recompilation); see ``lowering/interrupt.py``.
+
 The check flags are part of the compiled step's cache key: changing one recompiles on the next run.
 """
 
@@ -25,7 +30,10 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping
 
-_DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False}
+_DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False,
+             "FLAGS_max_while_iterations": 0}
+# Counts where 0 means "no bound" (the other integer flags are positive sizes).
+_COUNTS = frozenset({"FLAGS_max_while_iterations"})
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -34,7 +42,9 @@ _values: dict[str, bool] = {}
 mode: tuple[bool, bool] = (False, True)
 
 
-def _parse(name: str, value: Any) -> bool:
+def _parse(name: str, value: Any) -> bool | int:
+    if name in _COUNTS:
+        return _parse_count(name, value)
     if isinstance(value, bool):
         return value
     if isinstance(value, (int,)) and value in (0, 1):
@@ -44,14 +54,24 @@ def _parse(name: str, value: Any) -> bool:
     raise ValueError(f"flag {name} takes a boolean (True/False, 1/0, 'true'/'false'), got {value!r}")
 
 
+def _parse_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit() \
+            or not 0 <= int(value) < 2**31:
+        raise ValueError(f"flag {name} takes an integer from 0 (no bound) to 2**31 - 1, got {value!r}")
+    return int(value)
+
+
 # FLAGS_fetch_0d_as_1d: read by every fetch (lowering/fetched.py).
 fetch_0d_as_1d: bool = False
+# FLAGS_max_while_iterations: read by every run of a step with a while loop (lowering/interrupt.py).
+max_while_iterations: int = 0
 
 
 def _refresh() -> None:
-    global mode, fetch_0d_as_1d
+    global mode, fetch_0d_as_1d, max_while_iterations
     mode = (_values["FLAGS_check_nan_inf"], _values["FLAGS_check_index"])
     fetch_0d_as_1d = _values["FLAGS_fetch_0d_as_1d"]
+    max_while_iterations = _values["FLAGS_max_while_iterations"]
 
 
 def set_flags(flags: Mapping[str, Any]) -> None:

@@ -322,3 +322,128 @@ def test_a_donated_step_that_runs_out_says_what_was_lost():
     out = proc.stdout
     assert "TYPED True NONOTE" in out, out + proc.stderr[-3000:]
     assert "lost" in out or "INTACT True" in out, out
+
+
+# -- item 9: Ctrl-C stops a never-ending while -------------------------------------------------------
+_FOREVER = """
+    import os, signal, sys, threading, time
+    import numpy as np
+    import fluidjax as fj
+    from fluidjax import layer
+
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 2
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=[2])
+        loss = layer.mean(layer.fc(x, 2))
+        fj.optimizer.SGD(0.1).minimize(loss)
+        i = layer.fill_constant([1], "int64", 0)
+        cond = layer.fill_constant([1], "bool", True)
+        loop = layer.While(cond)
+        with loop.block():
+            layer.increment(i)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    names = [v.name for v in main.global_block().vars.values() if v.persistable and scope.find_var(v.name)]
+    before = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+    feed = {"x": np.ones((3, 2), np.float32)}
+"""
+
+
+def test_ctrl_c_stops_a_never_ending_while_within_a_second_and_keeps_the_scope():
+    proc = _run_script(_FOREVER + """
+    from fluidjax.lowering import interrupt
+    stops = []
+    for attempt in range(3):
+        sent = []
+        def fire():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Timer(0.5 + 0.3 * attempt, fire).start()
+        try:
+            exe.run(main, feed=feed, fetch_list=[loss, i], scope=scope)
+            print("RETURNED")
+        except KeyboardInterrupt as exc:
+            stops.append(time.monotonic() - sent[0])
+            assert not getattr(exc, "__notes__", None), exc.__notes__
+    print("STOPS", max(stops), len(stops))
+    print("INTACT", all(np.array_equal(np.array(scope.find_var(n).get_tensor()), before[n]) for n in names))
+    # the abandoned loops stop too (a cancelled loop exits at its next poll)
+    deadline = time.monotonic() + 10
+    while interrupt.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("BACKGROUND", interrupt.running())
+    """, timeout=120)
+    out = proc.stdout
+    assert "STOPS" in out, out + proc.stderr[-3000:]
+    worst = float(out.split("STOPS ")[1].split()[0])
+    assert worst < 1.0 and "STOPS %s 3" % out.split("STOPS ")[1].split()[0] in out, out
+    assert "INTACT True" in out and "BACKGROUND 0" in out, out
+    assert proc.returncode == 0, proc.stderr[-3000:]            # and the process ends cleanly
+
+
+def test_max_while_iterations_is_a_typed_error_naming_the_op_and_the_bound():
+    proc = _run_script(_FOREVER + """
+    fj.set_flags({"FLAGS_max_while_iterations": 1000})
+    try:
+        exe.run(main, feed=feed, fetch_list=[loss, i], scope=scope)
+        print("RETURNED")
+    except fj.LoopBoundError as exc:
+        print("TYPED", exc.op_type, exc.bound, isinstance(exc, fj.FluidJaxError), str(exc)[:300])
+    print("INTACT", all(np.array_equal(np.array(scope.find_var(n).get_tensor()), before[n]) for n in names))
+    fj.set_flags({"FLAGS_max_while_iterations": 0})
+    """, timeout=120)
+    out = proc.stdout
+    assert "TYPED while 1000 True" in out and "FLAGS_max_while_iterations" in out, out + proc.stderr[-3000:]
+    assert "INTACT True" in out, out
+
+
+def test_a_bounded_while_still_runs_and_trains_with_the_guard_on():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=[2])
+        loss = layer.mean(layer.fc(x, 2))
+        fj.optimizer.SGD(0.1).minimize(loss)
+        i = layer.fill_constant([1], "int64", 0)
+        n = layer.fill_constant([1], "int64", 50)
+        i, = layer.while_loop(lambda i: i < n, lambda i: [layer.increment(i)], [i])
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": np.ones((3, 2), np.float32)}
+    first = exe.run(main, feed=feed, fetch_list=[loss, i], scope=scope)
+    second = exe.run(main, feed=feed, fetch_list=[loss, i], scope=scope)
+    assert int(first[1][0]) == 50 and float(second[0]) < float(first[0])
+    fj.set_flags({"FLAGS_max_while_iterations": 50})
+    try:
+        assert int(exe.run(main, feed=feed, fetch_list=[i], scope=scope)[0][0]) == 50
+        fj.set_flags({"FLAGS_max_while_iterations": 49})
+        with pytest.raises(fj.LoopBoundError, match="49"):
+            exe.run(main, feed=feed, fetch_list=[i], scope=scope)
+    finally:
+        fj.set_flags({"FLAGS_max_while_iterations": 0})
+
+
+def test_fluidjax_run_of_a_never_ending_model_exits_130_on_ctrl_c(tmp_path):
+    proc = _run_script(_FOREVER + """
+    with fj.program_guard(main, startup):
+        out = layer.elementwise_add(layer.cast(i, "float32"), layer.reduce_sum(x))
+    fj.io.save_inference_model(sys.argv[1], [x], [out], exe, program=main, scope=scope)
+    np.save(sys.argv[2], feed["x"])
+    print("SAVED")
+    """, args=[str(tmp_path / "forever"), str(tmp_path / "x.npy")], timeout=120)
+    assert "SAVED" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    child = subprocess.Popen([sys.executable, "-m", "fluidjax", "run", str(tmp_path / "forever"),
+                              "--feed", f"x={tmp_path / 'x.npy'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    time.sleep(8)                       # imports, load, compile; then it loops
+    assert child.poll() is None, child.communicate()
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    try:
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, (child.returncode, child.communicate())
+    assert time.monotonic() - sent < 5

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..interrupt import loop_gate
 from ...ir.errors import OpRuntimeError, ShapeError
 from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
@@ -117,8 +118,8 @@ class _Loop:
 
     def run(self, carry: dict, consts: dict):
         """The loop to its end (``lax.while_loop``): (final carry, trip count)."""
-        def cond(state):
-            return self.running(state[0])
+        def cond(state):     # the gate: Ctrl-C and FLAGS_max_while_iterations can end it (interrupt.py)
+            return loop_gate(self.op, state[1], self.running(state[0]))
 
         def body(state):
             c, i = state
