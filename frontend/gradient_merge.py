@@ -36,6 +36,7 @@ from .control_flow_layers import cond, increment
 from .framework import program_guard
 from .initializer import Constant
 from .lr_decay_layers import create_global_var
+from .recompute import apply_gradients_of
 
 __all__ = ["GradientMergeOptimizer"]
 
@@ -141,7 +142,7 @@ class GradientMergeOptimizer:
         # The inner optimizer appends its ops to the global block: they move into this one.
         outer = main.global_block()
         start = len(outer.ops)
-        self.inner_optimizer.apply_gradients(list(merged), startup)
+        apply_gradients_of(self.inner_optimizer, list(merged), startup)
         moved = [outer.ops[i] for i in range(start, len(outer.ops))]
         for _ in moved:
             outer.remove_op(start)

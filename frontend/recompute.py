@@ -35,6 +35,7 @@ has the figures.
 
 from __future__ import annotations
 
+import inspect
 from typing import Sequence
 
 from ..ir import registry, unique_name
@@ -43,7 +44,7 @@ from ..ir.names import OP_ROLE_BACKWARD, OP_ROLE_OPTIMIZE, RECOMPUTE_SEGMENT_ATT
 from ..ir.program import Block, Operator, Program
 from ..ir.variable import Variable
 
-__all__ = ["RecomputeOptimizer", "recompute_segments"]
+__all__ = ["RecomputeOptimizer", "recompute_segments", "apply_gradients_of"]
 
 _BLOCK_ATTR_TYPES = frozenset({registry.ATTR_TYPES["block"], registry.ATTR_TYPES["blocks"]})
 
@@ -102,14 +103,21 @@ class RecomputeOptimizer:
         if block.idx != 0:
             raise NotOfferedError("RecomputeOptimizer: the loss must be in the program's global block")
         add_dropout_seeds(block, _forward_ops(block, loss))
-        forward = _forward_ops(block, loss)
-        start = len(block.ops)
+        loss_op = block.ops[max(i for i, op in enumerate(block.ops) if loss.name in op.output_arg_names)]
         params_grads = self._optimizer.backward(loss, startup_program, parameter_list, no_grad_set)
-        recompute_backward(block, forward, self._checkpoints, block.ops[start:])
+        # The forward as the inner backward left it (fj.amp inserts its casts there first): the ops
+        # before the first backward op after the loss's.
+        at = block.ops.index(loss_op)
+        first = next(i for i in range(at, len(block.ops))
+                     if int(block.ops[i].attrs.get("op_role", 0)) & OP_ROLE_BACKWARD)
+        forward = [op for op in block.ops[:first]
+                   if not int(op.attrs.get("op_role", 0)) & (OP_ROLE_BACKWARD | OP_ROLE_OPTIMIZE)]
+        backward = [op for op in block.ops[first:] if int(op.attrs.get("op_role", 0)) & OP_ROLE_BACKWARD]
+        recompute_backward(block, forward, self._checkpoints, backward)
         return params_grads
 
     def apply_gradients(self, params_grads, startup_program: Program | None = None) -> list:
-        return self._optimizer.apply_gradients(params_grads, startup_program)
+        return apply_gradients_of(self._optimizer, params_grads, startup_program)
 
     def apply_optimize(self, loss: Variable, startup_program: Program | None, params_grads) -> list:
         return self._optimizer.apply_optimize(loss, startup_program, params_grads)
@@ -126,6 +134,18 @@ class RecomputeOptimizer:
 
     def __repr__(self) -> str:
         return f"RecomputeOptimizer({self._optimizer!r}, checkpoints={self._checkpoints!r})"
+
+
+def apply_gradients_of(optimizer, params_grads, startup_program: Program | None) -> list:
+    """``optimizer.apply_gradients`` with the startup program where it takes one (an
+    ``fj.amp`` optimizer takes the one its ``backward`` was given)."""
+    try:
+        takes_startup = len(inspect.signature(optimizer.apply_gradients).parameters) > 1
+    except (TypeError, ValueError):
+        takes_startup = True
+    if takes_startup:
+        return optimizer.apply_gradients(params_grads, startup_program)
+    return optimizer.apply_gradients(params_grads)
 
 
 # -- the rewrite --------------------------------------------------------------------------------------
