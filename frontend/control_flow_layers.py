@@ -6,8 +6,11 @@ They build the ops Paddle 2.6's static mode builds (``paddle.static.nn.cond`` an
 copying its results into variables of the enclosing block with ``assign``, then a
 ``select_input`` per result with ``cast(pred, int32)`` as mask; ``while_loop`` is one ``while``
 op whose body ends by assigning the new loop variables and the new condition over the old
-ones; ``switch_case`` and ``case`` are nested ``cond`` s. Programs built here therefore run in
-Paddle and Paddle's run here (``tests/test_control_flow.py`` checks both ways).
+ones. ``switch_case`` and ``case``, which Paddle builds as nested ``cond`` s, are one
+``conditional_block`` per branch side by side and a ``select_input`` of all their results (so
+hundreds of branches build, lower and compile; Paddle runs these programs too). Programs built
+here therefore run in Paddle and Paddle's run here (``tests/test_control_flow.py`` checks both
+ways).
 
 >>> x = data("x", dims=[3])
 >>> y = cond(reduce_sum(x) > 0, lambda: x * 2.0, lambda: x - 1.0)
@@ -25,7 +28,7 @@ from ..ir import dtypes, unique_name
 from ..ir.errors import InputTypeError, ShapeError
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
-from .math_layers import equal, logical_and, logical_not
+from .math_layers import equal, logical_and, logical_not, logical_or, scale, sums
 from .tensor_layers import assign, cast, fill_constant
 
 __all__ = ["cond", "while_loop", "switch_case", "case", "increment", "is_empty", "create_array", "array_write",
@@ -157,13 +160,13 @@ def _check_bound(max_iterations) -> None:
 
 def _select_input(inputs: list[Variable], mask: Variable) -> Variable:
     helper = LayerHelper("select_input")
-    first, second = inputs
-    if len(first.shape) == len(second.shape):
-        shape = [a if a == b else -1 for a, b in zip(first.shape, second.shape)]
+    last = inputs[-1]
+    if all(len(v.shape) == len(last.shape) for v in inputs):
+        shape = [d if all(v.shape[i] == d for v in inputs) else -1 for i, d in enumerate(last.shape)]
     else:
-        shape = list(second.shape)
-    out = helper.block.create_var(unique_name.generate("_generated_var"), shape, second.dtype,
-                                  second.lod_level, type=second.type)
+        shape = list(last.shape)
+    out = helper.block.create_var(unique_name.generate("_generated_var"), shape, last.dtype,
+                                  last.lod_level, type=last.type)
     helper.append_op("select_input", {"X": inputs, "Mask": mask}, {"Out": out})
     return out
 
@@ -304,9 +307,50 @@ def while_loop(cond: Callable, body: Callable, loop_vars: Sequence, is_test: boo
 
 
 # -- case, switch_case -----------------------------------------------------------------------------
+def _flat_branches(conds: list[Variable], fns: list[Callable], default: Callable, layer: str):
+    """``fns[k]()`` where ``conds[k]`` holds (at most one does), else ``default()``: one
+    ``conditional_block`` per branch, all in the enclosing block, and one ``select_input`` per
+    result with the taken branch's position as mask (``sum_k k * cond_k``, ``len(fns)`` for the
+    default). Paddle's ``switch_case`` and ``case`` nest a ``cond`` per branch instead: a chain of
+    depth N, which lowers to N nested ``lax.cond`` s (Python recursion past ~75 branches, and
+    compile time quadratic in N); this program has the same result, runs in Paddle as well, and
+    lowers to N side-by-side conds."""
+    as_int = [cast(c, "int32") for c in conds]
+    none = equal(sums(as_int), fill_constant([1], "int32", 0))
+    mask = sums([scale(v, float(k)) for k, v in enumerate(as_int) if k] + [scale(cast(none, "int32"), float(len(fns)))])
+    results = [_conditional_block([c], fn) for c, fn in zip(conds, fns)] + [_conditional_block([none], default)]
+    if all(r is None for r in results):
+        return None
+    if any(r is None for r in results):
+        which = [k for k, r in enumerate(results) if r is None]
+        raise ValueError(f"{layer}: every branch must return results, or none may; branch(es) {which} return None "
+                         f"(the default is branch {len(fns)})")
+    flat = [_flatten(r) for r in results]
+    for k, outs in enumerate(flat[1:], 1):
+        differ = [f"output {i}: {a.dtype} {list(a.shape)} ({a.name!r}) against {b.dtype} {list(b.shape)} "
+                  f"({b.name!r}) of branch 0" for i, (a, b) in enumerate(zip(outs, flat[0]))
+                  if isinstance(a, Variable) and isinstance(b, Variable) and a.dtype and b.dtype and a.dtype != b.dtype]
+        if differ:
+            raise InputTypeError(f"{layer}: branch {k} returns other dtypes than branch 0 (XLA selects between them, "
+                                 "so each output needs one dtype; cast one branch): " + "; ".join(differ))
+
+    def merge(*outs):
+        if not all(isinstance(v, Variable) for v in outs):
+            if all(v == outs[0] for v in outs):
+                return outs[0]
+            raise TypeError(f"{layer}: every branch must return Variables here, got {list(outs)!r}")
+        return _select_input(list(outs), mask)
+
+    try:
+        return _map(merge, *results)
+    except ValueError as exc:
+        raise ValueError(f"Incompatible return values of the branches of {layer}: {exc}") from None
+
+
 def case(pred_fn_pairs: Sequence, default: Callable | None = None, name: str | None = None):
     """An if-elif-else chain: the ``fn`` of the first ``(pred, fn)`` pair whose ``pred`` holds, else
-    ``default()`` (without one, the last pair's ``fn``). Nested ``cond`` s, as Paddle builds them."""
+    ``default()`` (without one, the last pair's ``fn``). One ``conditional_block`` per pair, side
+    by side, each under ``pred_k and not any earlier pred`` (see :func:`_flat_branches`)."""
     if not isinstance(pred_fn_pairs, (list, tuple)):
         raise TypeError(f"case: pred_fn_pairs must be a list or tuple, got {type(pred_fn_pairs).__name__}")
     for pair in pred_fn_pairs:
@@ -325,17 +369,21 @@ def case(pred_fn_pairs: Sequence, default: Callable | None = None, name: str | N
         pairs = pairs[:-1]
     elif not callable(default):
         raise TypeError("The default in Op(case) must be callable.")
-    false_fn = default
-    for pred, true_fn in reversed(pairs):
-        false_fn = partial(cond, pred=pred, true_fn=true_fn, false_fn=false_fn)
-    return false_fn()
+    conds, taken = [], None
+    for pred, _ in pairs:
+        _check_condition(pred, "a pred", "case")
+        conds.append(pred if taken is None else logical_and(pred, logical_not(taken)))
+        taken = pred if taken is None else logical_or(taken, pred)
+    if not pairs:
+        return default()
+    return _flat_branches(conds, [fn for _, fn in pairs], default, "case")
 
 
 def switch_case(branch_index: Variable, branch_fns, default: Callable | None = None, name: str | None = None):
     """The ``fn`` whose key equals ``branch_index`` (an int Variable of one element); ``branch_fns``
     is a dict key -> fn, a list of (key, fn) pairs or a list of fns (keys 0, 1, ...). No key
-    matches: ``default()``, or without one the fn of the largest key. Nested ``cond`` s, as Paddle
-    builds them."""
+    matches: ``default()``, or without one the fn of the largest key. One ``conditional_block``
+    per key, side by side (see :func:`_flat_branches`): hundreds of branches build and run."""
     if not isinstance(branch_index, Variable) or branch_index.dtype not in ("uint8", "int32", "int64"):
         raise TypeError("switch_case: branch_index must be a uint8, int32 or int64 Variable")
     if branch_index.dtype != "int64":
@@ -363,13 +411,10 @@ def switch_case(branch_index: Variable, branch_fns, default: Callable | None = N
         fns = ordered[:-1]
     elif not callable(default):
         raise TypeError("The default in Op(case) must be callable.")
-    pairs = []
-    for index, fn in fns:
-        pairs.append((equal(branch_index, fill_constant([1], "int64", index)), fn))
-    false_fn = default
-    for pred, true_fn in pairs:
-        false_fn = partial(cond, pred=pred, true_fn=true_fn, false_fn=false_fn)
-    return false_fn()
+    conds = [equal(branch_index, fill_constant([1], "int64", index)) for index, _ in fns]
+    if not fns:
+        return default()
+    return _flat_branches(conds, [fn for _, fn in fns], default, "switch_case")
 
 
 # -- increment -------------------------------------------------------------------------------------

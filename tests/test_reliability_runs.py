@@ -209,6 +209,48 @@ def test_a_dropped_scope_frees_its_arrays_while_its_program_lives():
     exe.run(main, feed=FEED, fetch_list=[cost], scope=other)
 
 
+# -- item 11: switch_case with many branches --------------------------------------------------------
+@pytest.mark.parametrize("n", [100, 200])
+def test_switch_case_with_hundreds_of_branches(n):
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=[3])
+        idx = main.global_block().create_var("idx", (1,), "int64", is_data=True, need_check_feed=True)
+        out = layer.switch_case(idx, {k: (lambda k=k: x * float(k) + 1.0) for k in range(n)},
+                                default=lambda: x - 1.0)
+        # a list of fns (keys 0..n-1) without a default: an index no key matches takes the last fn
+        listed = layer.switch_case(idx, [(lambda k=k: x + float(k)) for k in range(n)]) if n == 100 else out
+    exe = fj.Executor()
+    xs = np.array([[1.0, 2.0, 3.0]], np.float32)
+    start = time.perf_counter()
+    for k in (0, 7, n - 1, n, -3):
+        got, got_listed = exe.run(main, feed={"x": xs, "idx": np.array([k], np.int64)}, fetch_list=[out, listed])
+        want = xs * k + 1.0 if 0 <= k < n else xs - 1.0
+        np.testing.assert_allclose(got, want, err_msg=f"index {k}")
+        if n == 100:
+            np.testing.assert_allclose(got_listed, xs + (k if 0 <= k < n else n - 1), err_msg=f"index {k}")
+    assert time.perf_counter() - start < 120      # linear in n (nested conds: quadratic, and 200 recursed)
+
+
+def test_switch_case_with_100_branches_runs_in_paddle_too():
+    pytest.importorskip("paddle")
+    import paddle_oracle as po
+
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=[3])
+        idx = main.global_block().create_var("idx", (1,), "int64", is_data=True, need_check_feed=True)
+        out = layer.switch_case(idx, {k: (lambda k=k: x * float(k) + 1.0) for k in range(100)},
+                                default=lambda: x - 1.0)
+    xs = np.array([[1.0, 2.0, 3.0]], np.float32)
+    exe = fj.Executor()
+    for k in (0, 42, 99, 100):
+        feed = {"x": xs, "idx": np.array([k], np.int64)}
+        ours = exe.run(main, feed=feed, fetch_list=[out])
+        theirs = po.run(main.serialize(), feed, [out.name])
+        np.testing.assert_allclose(ours[0], theirs[0], err_msg=f"index {k}")
+
+
 # -- item 6: memory --------------------------------------------------------------------------------
 def _wide_sgd():
     main, startup = fj.Program(), fj.Program()
