@@ -666,8 +666,9 @@ class OptimizerWithMixedPrecision:
         return those."""
         if self._train_program is None:
             raise RuntimeError("call backward() (or minimize()) before apply_gradients()")
+        params_grads = [(p, g) for p, g in params_grads if g is not None]
         _move_param_grad_casts(self._train_program, params_grads)
-        if not self._use_dynamic_loss_scaling and self._init_loss_scaling == 1.0:
+        if not params_grads or not self._use_dynamic_loss_scaling and self._init_loss_scaling == 1.0:
             return self._optimizer.apply_gradients(params_grads, self._startup)
         found_inf = self._check_finite_and_unscale(params_grads)
         if self._use_dynamic_loss_scaling and self._amp_dtype == "float16":
