@@ -29,9 +29,11 @@ MODES = ("none", "optimizer", "full")
 MODELS = ("mlp", "convnet", "convnet64")
 # Largest relative difference from one device allowed for the final state (losses: 1e-5 for all).
 # The float32 conv net's accumulators round differently when a sum over the batch is split in 8
-# partial sums (measured ~7e-5 on the Adam moments after 20 steps, 2e-7 on the losses); the same
-# net in float64 agrees to 1e-14, which is what shows the partitioning itself is exact.
-STATE_TOLERANCE = {"mlp": 1e-5, "convnet": 2e-4, "convnet64": 1e-10}
+# partial sums. The worst are batch norm's scale and bias gradients, sums of dy * x_hat over a
+# zero-mean x_hat (cancellation): their Adam moments measured ~7e-5 in one environment and 5e-3
+# (batch_norm_3.b_0_moment1_0; 2e-7 on the losses) with jax/jaxlib 0.10.2 and NumPy 2.4 here. The
+# same net in float64 agrees to 1e-14, which is what shows the partitioning itself is exact.
+STATE_TOLERANCE = {"mlp": 1e-5, "convnet": 1e-2, "convnet64": 1e-10}
 
 
 @pytest.fixture(scope="module")
