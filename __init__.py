@@ -50,6 +50,7 @@ from .frontend import data_feeder, param_attr  # noqa: E402,F401
 Tensor = LoDTensor  # Fluid 1.x's name for a tensor without LoD
 from .frontend.data_loader import DataLoader, PyReader  # noqa: E402
 from .ir.errors import EOFException  # noqa: E402
+from .ir.errors import BoundExceededError  # noqa: E402  (a size a compiled step fixes, exceeded)
 
 # Public module paths whose code lives in the four folders: `import fluidjax.io`,
 # `python -m fluidjax.distributed.launch`, `from fluidjax.reader import shuffle`, and Fluid's
@@ -88,6 +89,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BuildStrategy", "CompiledProgram", "distributed", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
     "LoopBoundError", "ReentrantRunError", "ResourceExhaustedError", "compiled_memory",
+    "BoundExceededError",
     "UnregisteredOpError", "VariableNotFoundError", "OpVersionError", "ParameterMismatchError", "TensorFormatError",
     "UnsafeFormatError", "InputTypeError", "LoDError", "LoDTypeError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",

@@ -137,3 +137,15 @@ class LoopBoundError(FluidJaxError, RuntimeError):
     def __init__(self, message: str, op_type: str = "while", bound: int = 0, location: str = "") -> None:
         super().__init__(message)
         self.op_type, self.bound, self.location = op_type, bound, location
+
+
+class BoundExceededError(FluidJaxError, IndexError):
+    """A value past a size a compiled step fixes (a tensor array's room, ``sequence_pad``'s
+    ``padded_length``, a ``sequence_slice`` past its sequence): never dropped or cut silently.
+    ``op_type``, ``bound`` and ``location`` say which op, which bound and where the user built it;
+    the scope is as it was before the run (``docs/reliability.md``, "Bounds")."""
+
+    def __init__(self, message: str, op_type: str | None = None, bound: int | None = None,
+                 location: str | None = None) -> None:
+        super().__init__(message)
+        self.op_type, self.bound, self.location = op_type, bound, location

@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..ir import registry
-from ..ir.errors import IndexOutOfRangeError
-from .lod_value import LoDValue
+from ..ir.errors import BoundExceededError, IndexOutOfRangeError, LoDError
+from .lod_value import LoDValue, bucket
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,13 +117,48 @@ class HostIndexCheck:
 
 
 class StepChecks:
-    """The checks collected while a step is traced (``run_op`` adds to it)."""
+    """The checks collected while a step is traced (``run_op`` adds to it).
+
+    A sub-block collects its own (:meth:`child`); the op that owns it carries them out of its
+    ``lax.cond`` / ``lax.while_loop`` / ``lax.scan`` as one packed pair of arrays (:meth:`packed`,
+    merged across iterations by :func:`merge_packed`) and hands them to its own collector
+    (:meth:`add_packed`), so a check inside any sub-block reaches the step's outputs.
+    Bound checks (:meth:`check_bound`: an array's room, a ``padded_length``) are always on.
+    """
 
     def __init__(self, index: bool, nan_inf: bool, host_checked: frozenset = frozenset()) -> None:
         self.index = index
         self.nan_inf = nan_inf
         self.host_checked = host_checked      # (id(op), slot, component) checked on the host
         self.items: list[tuple] = []          # (ok, offending value or None, info)
+
+    def child(self) -> "StepChecks":
+        """An empty collector for a sub-block's ops, with the same flags."""
+        return StepChecks(self.index, self.nan_inf, self.host_checked)
+
+    def infos(self) -> list[dict]:
+        return [info for _, _, info in self.items]
+
+    def packed(self):
+        """The checks as (oks [k] bool, values [k] int64): what a sub-block hands its owner."""
+        oks = jnp.stack([jnp.asarray(ok, bool).reshape(()) for ok, _, _ in self.items])
+        values = jnp.stack([jnp.zeros((), jnp.int64) if v is None else jnp.asarray(v).astype(jnp.int64).reshape(())
+                            for _, v, _ in self.items])
+        return oks, values
+
+    def add_packed(self, packed, infos: Sequence[dict]) -> None:
+        """Checks a sub-block collected (``packed`` as :meth:`packed` gives, carried out of its loop
+        or branch), with their static descriptions."""
+        oks, values = packed
+        for k, info in enumerate(infos):
+            self.items.append((oks[k], values[k], info))
+
+    def check_bound(self, op, ok, value, info: dict) -> None:
+        """A size the step fixes holds (``ok``); ``value`` is what the data needed. ``info``: ``kind``
+        ``"room"`` (an array's room; the Executor grows it and runs again, see :func:`grow_rooms`)
+        or ``"bound"`` (a fixed size: the run fails), ``bound`` and a ``message``."""
+        self.items.append((jnp.asarray(ok, bool).reshape(()), jnp.asarray(value).astype(jnp.int64).reshape(()),
+                           {"op": op, "variable": None, **info}))
 
     def check_indices(self, op, values: dict) -> None:
         """In-step checks of ``op``'s index inputs that the host did not check already."""
@@ -182,3 +217,103 @@ def fed_source(name: str, feeds: set, producers: dict) -> str | None:
             return None
         name = op.input("X")[0]
     return None
+
+
+# -- checks carried through loops, and bounds -------------------------------------------------------
+# op type -> when(op): whether the op checks a bound the step fixes (an array's room, a
+# padded_length) at run time. Such checks are always on: a step containing one returns check flags.
+BOUND_CHECKED: dict[str, Callable] = {}
+
+
+def bound_checked(op_type: str, when: Callable = lambda op: True) -> None:
+    """Declare that ``op_type`` (when ``when(op)``) checks a bound inside the step (``check_bound``)."""
+    BOUND_CHECKED[op_type] = when
+
+
+def has_bound_checks(ops) -> bool:
+    """Whether any of ``ops`` (sub-blocks' ops included by the caller) checks a bound at run time."""
+    return any(op.type in BOUND_CHECKED and BOUND_CHECKED[op.type](op) for op in ops)
+
+
+def all_ok(infos: Sequence[dict]):
+    """The packed checks of an iteration that failed nothing."""
+    return jnp.ones((len(infos),), bool), jnp.zeros((len(infos),), jnp.int64)
+
+
+def merge_packed(before, now, infos: Sequence[dict]):
+    """Checks of the iterations so far and of this one: a check holds if it held in both; its value
+    is the first failure's, or for an array's room the largest room needed."""
+    (ok_a, val_a), (ok_b, val_b) = before, now
+    room = np.array([info.get("kind") == "room" for info in infos], bool)
+    value = jnp.where(room, jnp.maximum(val_a, val_b), jnp.where(ok_a, val_b, val_a))
+    return ok_a & ok_b, value
+
+
+def reduce_stacked(packed, infos: Sequence[dict]):
+    """Checks stacked over the steps of a scan ([T, k]) as one packed pair."""
+    oks, values = packed
+    if oks.shape[0] == 0:
+        return all_ok(infos)
+    room = np.array([info.get("kind") == "room" for info in infos], bool)
+    first = jnp.argmin(oks, axis=0)
+    picked = jnp.take_along_axis(values, first[None, :], axis=0)[0]
+    return jnp.all(oks, axis=0), jnp.where(room, jnp.max(values, axis=0), picked)
+
+
+# Array rooms that runs found too small: program -> (its version, {room key: elements}). A room
+# key is (block index, op index) of the ``while`` op whose loop fixes the room, or of the
+# ``write_to_array`` op outside loops whose index is computed. Read when a step is traced.
+def room_of(op, default: int) -> int:
+    """The room ``op`` (a ``while`` or ``write_to_array``) fixes: ``default`` unless a run needed more."""
+    store = getattr(op.block.program, "_array_rooms", None)
+    if store is None or store[0] != op.block.program._version:
+        return default
+    return max(default, store[1].get(_room_key(op), 0))
+
+
+def _room_key(op) -> tuple[int, int]:
+    return op.block.idx, op.block.ops.index(op)
+
+
+def grow_rooms(plan_ops_program, oks: np.ndarray, values: np.ndarray, infos: Sequence[dict], cap: int):
+    """After a run whose array writes went past their room: the rooms grown (to the next power of
+    two of what the run needed, at least doubled), so that the run can be done again; or the
+    :class:`BoundExceededError` when a room would pass ``cap`` (``FLAGS_max_array_room``). None
+    when no room check failed."""
+    failed = [(info, int(v)) for ok, v, info in zip(oks, values, infos) if not ok and info.get("kind") == "room"]
+    if not failed:
+        return None
+    program = plan_ops_program
+    store = getattr(program, "_array_rooms", None)
+    if store is None or store[0] != program._version:
+        store = program._array_rooms = (program._version, {})
+    for info, needed in failed:
+        owner, room = info["owner"], info["room"]
+        # ``needed`` is the capacity the writes asked for; a loop's room is per write op of its body
+        # and each write got at least ``room`` elements, so room >= needed makes them fit.
+        new = min(bucket(max(needed, 2 * room, 1)), cap)
+        if needed > cap:
+            op = info["op"]
+            return BoundExceededError(
+                f"op {op.type!r} created at {op.location}: writes array {info['array']!r} at index {needed - 1} "
+                f"(room for {needed} elements), but an array may have at most FLAGS_max_array_room = {cap} elements (its room is fixed when "
+                f"the step compiles: {room} now). The run was not applied; the scope is as before it. Raise the "
+                "cap with fj.set_flags({'FLAGS_max_array_room': n}), or bound the loop "
+                "(layer.while_loop(..., max_iterations=n)).",
+                op_type=op.type, bound=cap, location=op.location)
+        key = _room_key(owner)
+        store[1][key] = max(store[1].get(key, 0), new)
+    return True
+
+
+def bound_error(info: dict, value: int) -> BoundExceededError | LoDError:
+    """The error of a failed ``"bound"`` check: the op, the bound, what the data needed, the user's
+    line (a :class:`LoDError` for offsets the data breaks, with the same attributes)."""
+    op = info["op"]
+    message = (f"op {op.type!r} created at {op.location}: {info['message']}: got {value}. The run was not "
+               "applied; the scope is as before it.")
+    if info.get("lod"):
+        err = LoDError(message)
+        err.op_type, err.bound, err.location = op.type, info.get("bound"), op.location
+        return err
+    return BoundExceededError(message, op_type=op.type, bound=info.get("bound"), location=op.location)

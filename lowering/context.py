@@ -34,7 +34,8 @@ class ComputeContext:
 
     def __init__(self, opdef, op, values: Mapping[str, Sequence[Any]], attrs: Mapping[str, Any],
                  rng: Callable[[], jax.Array] | None = None, out_names: Mapping[str, Sequence[str]] | None = None,
-                 lower_block: Callable | None = None, env: Mapping[str, Any] | None = None) -> None:
+                 lower_block: Callable | None = None, env: Mapping[str, Any] | None = None,
+                 checks=None) -> None:
         self.opdef = opdef
         self.op = op
         self._values = values
@@ -45,6 +46,9 @@ class ComputeContext:
         # The values of the enclosing block(s), by name: what a sub-block of this op may read
         # (Paddle's scoping: a sub-block sees every variable of its ancestors).
         self.env = env if env is not None else {}
+        # The run-time checks of the block the op runs in (a ``lowering.checks.StepChecks``, or
+        # None when the step collects none): a control-flow op hands its sub-block's checks to it.
+        self.checks = checks
 
     def input(self, slot: str):
         """The array in input ``slot`` (None when the slot is empty)."""

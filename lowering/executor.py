@@ -31,7 +31,8 @@ from ..ir.errors import LoopBoundError, ReentrantRunError, ResourceExhaustedErro
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
 from . import flags, host_init, interrupt, memory
-from .checks import HostIndexCheck, StepChecks, fed_source, index_error, specs_of
+from .checks import (HostIndexCheck, StepChecks, bound_error, fed_source, grow_rooms, has_bound_checks, index_error,
+                     specs_of)
 from .context import make_key
 from .feeds import check_feed, check_lod_feed
 from .lod_value import LoDValue, to_host
@@ -295,6 +296,15 @@ class Executor:
                 for name, tensor, value in zip(plan.written_state, tensors, new_state):
                     if name in restored:          # donated: the step selected the old value
                         tensor._value = value
+                if failed is _ROOMS_GROWN:
+                    # Arrays written past their room: nothing was committed; trace the step again
+                    # with the rooms grown (checks.grow_rooms) and run it on the same state.
+                    _retrace(plan)
+                    binding = plan.last_scope if plan.last_scope is not None and plan.last_scope[0]() is scope \
+                        else self._bind(plan, scope)
+                    args = (tuple(t._value for t in binding[1]),) + args[1:]
+                    outs = self._call_interruptible(plan, args) if plan.interruptible else None
+                    return self._execute(program, scope, plan, args, careful, outs)
                 return None, failed
         else:
             new_state, fetches = outs
@@ -462,12 +472,17 @@ class Executor:
 
     def _check_error(self, plan: _Plan, oks: np.ndarray, values: np.ndarray) -> NumericCheckError:
         """The error of the first failed check, naming the op, the variable and the user's line."""
+        grown = grow_rooms(plan.program, oks, values, plan.check_infos, flags.max_array_room)
+        if grown is not None:
+            return _ROOMS_GROWN if grown is True else grown
         first = int(np.argmin(oks))
         info = plan.check_infos[first]
         op = info["op"]
         where = op.location
         if info["kind"] == "index":
             return index_error(op, info["spec"], info["variable"], int(values[first]), before_run=False)
+        if info["kind"] == "bound":
+            return bound_error(info, int(values[first]))
         return NumericCheckError(
             f"op {op.type!r} created at {where}: {info['message']} (FLAGS_check_nan_inf). The run was not "
             "applied; the scope is as before it.", op_type=op.type, variable=info["variable"], location=where)
@@ -684,7 +699,7 @@ class Executor:
             random=any(registry.get(op.type).random or "seed" in registry.get(op.type).attrs
                        for op in ops_with_sub_blocks(jit_ops)),
             first_reader=external,
-            has_checks=check_nan_inf or in_step,
+            has_checks=check_nan_inf or in_step or has_bound_checks(ops_with_sub_blocks(jit_ops)),
             host_checks=host_checks, host_checked=frozenset(host_checked),
             empty_undefined=next((op.type for op in jit_ops if op.type in _UNDEFINED_ON_EMPTY
                                   and not (op.type == "batch_norm" and op.attr("is_test"))), None),
@@ -699,21 +714,28 @@ class Executor:
 
     @staticmethod
     def _index_checks(block, ops, feeds):
-        """Split the index checks of ``ops``: on the host for fed indices, in the step for the rest."""
+        """Split the index checks of ``ops`` (and of their sub-blocks' ops): on the host for fed
+        indices, in the step for the rest."""
         producers = {n: op for op in ops for n in op.output_arg_names}
+        inner = [op for op in ops_with_sub_blocks(ops) if op.block is not block]
+        # A name some sub-block writes may hold other values there than the feed's.
+        written_inside = {n for op in inner for n in op.output_arg_names}
         host: dict[str, list] = {}
         checked, in_step = [], False
 
         def static_shape(op):
             def shape(slot):
                 names = op.inputs.get(slot)
-                return block.var(names[0]).shape if names else None
+                var = op.block.find_var(names[0]) if names else None
+                return var.shape if var is not None else None
             return shape
 
-        for op in ops:
+        for op in list(ops) + inner:
             for spec in specs_of(op, static_shape(op)):
                 var = op.inputs[spec.slot][0]
                 feed = fed_source(var, feeds, producers)
+                if op.block is not block and (feed != var or var in written_inside or block.find_var(var) is None):
+                    feed = None                  # inside a sub-block: only a feed read as it is
                 if feed is None or spec.size < 0 or (spec.component is not None and feed != var):
                     in_step = True
                     continue
@@ -919,6 +941,17 @@ def _forget_plans(token, programs) -> None:
             for key in [k for k in store if k[0] is token]:
                 store.pop(key, None)
     programs.clear()
+
+
+# What _check_error returns when a run wrote arrays past their room and the rooms were grown.
+_ROOMS_GROWN = object()
+
+
+def _retrace(plan) -> None:
+    """Make ``plan``'s steps (jitted, or sharded ones holding one) trace again on their next call."""
+    for step in (plan.step, plan.kept_step):
+        if step is not None:
+            getattr(step, "jitted", step).clear_cache()
 
 
 def _check_implemented(program: Program) -> None:

@@ -17,6 +17,13 @@ an accuracy, a full reduction) Fluid 1.x's shape ``[1]`` instead of Paddle 2.6's
 fetched 0-d result already answers ``value[0]`` (:mod:`.fetched`); the one Fluid 1.x idiom that
 needs the flag is copying it first, ``np.array(value)[0]``. It changes only what the host gets.
 
+``FLAGS_max_array_room`` (default ``2**20``; fluidjax's own flag) is the most elements a tensor
+array written inside a loop (or at an index computed at run time) may be given. Such an array's
+room is fixed when the step compiles; a run that writes past it is done again, before anything
+is committed, with the room doubled (at least to the index written), and the room stays for
+later runs. Past this cap the run raises :class:`~fluidjax.BoundExceededError` naming the write
+op and its line, and the scope is unchanged (``docs/reliability.md``, "Bounds").
+
 ``FLAGS_max_while_iterations`` (default 0, no bound; fluidjax's own flag) stops every ``while``
 loop after that many iterations and makes the run raise :class:`~fluidjax.LoopBoundError` naming
 the op, its line and the bound; the scope is unchanged. It is an argument of the step, read per
@@ -31,7 +38,7 @@ import os
 from typing import Any, Iterable, Mapping
 
 _DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False,
-             "FLAGS_max_while_iterations": 0}
+             "FLAGS_max_array_room": 1 << 20, "FLAGS_max_while_iterations": 0}
 # Counts where 0 means "no bound" (the other integer flags are positive sizes).
 _COUNTS = frozenset({"FLAGS_max_while_iterations"})
 _TRUE = {"1", "true", "yes", "on"}
@@ -45,6 +52,11 @@ mode: tuple[bool, bool] = (False, True)
 def _parse(name: str, value: Any) -> bool | int:
     if name in _COUNTS:
         return _parse_count(name, value)
+    if type(_DEFAULTS.get(name)) is int:            # a size: a positive integer
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit() \
+                or int(value) <= 0:
+            raise ValueError(f"flag {name} takes a positive integer, got {value!r}")
+        return int(value)
     if isinstance(value, bool):
         return value
     if isinstance(value, (int,)) and value in (0, 1):
@@ -63,14 +75,17 @@ def _parse_count(name: str, value: Any) -> int:
 
 # FLAGS_fetch_0d_as_1d: read by every fetch (lowering/fetched.py).
 fetch_0d_as_1d: bool = False
+# FLAGS_max_array_room: read when a run's array room must grow (lowering/executor.py).
+max_array_room: int = 1 << 20
 # FLAGS_max_while_iterations: read by every run of a step with a while loop (lowering/interrupt.py).
 max_while_iterations: int = 0
 
 
 def _refresh() -> None:
-    global mode, fetch_0d_as_1d, max_while_iterations
+    global mode, fetch_0d_as_1d, max_array_room, max_while_iterations
     mode = (_values["FLAGS_check_nan_inf"], _values["FLAGS_check_index"])
     fetch_0d_as_1d = _values["FLAGS_fetch_0d_as_1d"]
+    max_array_room = _values["FLAGS_max_array_room"]
     max_while_iterations = _values["FLAGS_max_while_iterations"]
 
 

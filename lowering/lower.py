@@ -70,7 +70,8 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         values, plain_rows = _strip_lod(op, values)
     if checks is not None:                # on the padded rows of LoD ids (padding rows hold 0)
         checks.check_indices(op, values)
-    ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block or lower_sub_block, env=env)
+    ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block or lower_sub_block, env=env,
+                         checks=checks)
     try:
         if _foldable(opdef, op, values):
             # Shape arithmetic on concrete values (shape -> slice -> concat -> ...) stays concrete,
@@ -483,15 +484,23 @@ class SubBlock:
     differentiates or carries through a loop); any other name the block reads comes from the
     enclosing environment, as Paddle's scoping has it. The block's ops run in order with
     :func:`run_ops` (so nested control flow works the same way); their results stay local,
-    and the caller picks from the returned dict what the owning op writes back. Run-time checks
-    (index, NaN/Inf) are not collected inside sub-blocks: their values live in an inner trace.
+    and the caller picks from the returned dict what the owning op writes back.
+
+    Run-time checks (index, NaN/Inf, bounds): when the owning op runs with a collector
+    (``checks``), the block's ops collect theirs into a child one and the returned dict holds
+    them packed under :data:`CHECKS` (``check_infos`` describes them); the owning op carries that
+    entry out of its ``lax.cond`` / ``lax.while_loop`` / ``lax.scan`` (merging iterations with
+    ``checks.merge_packed``) and hands it to its collector with :meth:`report`. Grad ops run
+    their forward sub-blocks without: the forward op checks the same values.
 
     ``reads`` / ``writes``: see :func:`block_io`.
     """
 
     def __init__(self, op, ref, env: Mapping[str, Any] | None = None,
-                 rng: Callable[[], jax.Array] | None = None) -> None:
+                 rng: Callable[[], jax.Array] | None = None, checks: StepChecks | None = None) -> None:
         self.op = op
+        self.checks = checks
+        self.check_infos: list[dict] | None = None     # the static side of the packed checks
         self.block = resolve_sub_block(op, ref)
         if self.block.forward_block_idx not in (-1, None) and op.type.endswith("_grad"):
             # Paddle's grad ops name their grad block, whose forward_block_idx is the forward
@@ -516,17 +525,39 @@ class SubBlock:
         local: dict[str, Any] = {}
         env = collections.ChainMap(local, dict(values or {}), self._env)
         active.add(marker)
+        child = self.checks.child() if self.checks is not None else None
         try:
-            run_ops(self.block.ops, env, key)
+            run_ops(self.block.ops, env, key, checks=child)
         finally:
             active.discard(marker)
+        if child is not None:
+            infos = child.infos()
+            if self.check_infos is not None and len(self.check_infos) != len(infos):
+                raise OpRuntimeError(f"op {self.op.type!r} at {self.op.location}: its sub-block {self.block.idx} "
+                                     f"collected {len(infos)} run-time checks in one trace and "
+                                     f"{len(self.check_infos)} in another")
+            self.check_infos = infos
+            if infos:
+                local[CHECKS] = child.packed()
         return local
+
+    def report(self, packed) -> None:
+        """Hand the packed checks the block's runs collected (carried out of the owning op's loop or
+        branch) to the collector of the block the owning op runs in."""
+        if packed is not None and self.checks is not None and self.check_infos:
+            self.checks.add_packed(packed, self.check_infos)
+
+
+# The entry of a sub-block's result that holds its packed run-time checks (see SubBlock).
+CHECKS = "@fluidjax:checks@"
 
 
 def lower_sub_block(ctx: ComputeContext, ref) -> SubBlock:
     """``ctx.sub_block()`` of an op this module runs: the block ``ref`` (a Block or its index) as a
-    :class:`SubBlock` reading the op's environment, with the op's key."""
-    return SubBlock(ctx.op, ref, ctx.env, ctx._rng)
+    :class:`SubBlock` reading the op's environment, with the op's key (and, for a forward op run
+    with checks, a collector for its block's checks)."""
+    checks = None if ctx.op.type.endswith("_grad") else getattr(ctx, "checks", None)
+    return SubBlock(ctx.op, ref, ctx.env, ctx._rng, checks)
 
 
 def ops_with_sub_blocks(ops: Iterable) -> Iterable:

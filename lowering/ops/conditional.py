@@ -15,8 +15,8 @@ from ...ir.errors import OpRuntimeError
 from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, grad_rule
-from ..checks import index_inputs
-from ..lower import lod_aware
+from ..checks import all_ok, index_inputs
+from ..lower import CHECKS, lod_aware
 from ._control import (_cotangents, _given, _keep_declared, _restore, _same_structure, _scope, _strong, _tree_map,
                        _truth, _where, _zeros)
 from .tensor_array import TensorArray, _diffable, _fit_cotangent, _leaf, _put, _with_leaves
@@ -39,12 +39,18 @@ def _branch(ctx, sub, out_names: list[str], key):
             else:
                 raise OpRuntimeError(f"{_where(ctx.op)}: output {n!r} is neither written by sub-block "
                                      f"{sub.block.idx} nor has a value before the op")
+        if CHECKS in written:                     # the branch's run-time checks leave it last
+            outs.append(written[CHECKS])
         shapes[:] = [jax.eval_shape(lambda v=v: v) for v in outs]
         return outs
 
     def skip(values):
         structs = shapes or jax.eval_shape(run, values)
         outs = []
+        if len(structs) > len(out_names):         # a branch not taken failed no check
+            outs_checks = [all_ok(sub.check_infos)]
+        else:
+            outs_checks = []
         for n, struct in zip(out_names, structs):
             before = values.get(n, ctx.env.get(n))
             if isinstance(before, TensorArray) and isinstance(struct, TensorArray) \
@@ -52,7 +58,7 @@ def _branch(ctx, sub, out_names: list[str], key):
                 before = before.grown(struct.buffer.shape[0] - before.capacity)   # written in the branch
             outs.append(_strong(before) if before is not None and _same_structure(before, struct)
                         else _zeros(struct))
-        return outs
+        return outs + outs_checks
 
     return run, skip
 
@@ -84,6 +90,8 @@ def conditional_block(ctx):
         outs = run(given) if pred else skip(given)
     else:
         outs = lax.cond(pred, run, skip, given)
+    if len(outs) > len(out_names):
+        sub.report(outs[-1])
     result = dict(zip(out_names, outs))
     return {"Out": [result.get(n) for n in ctx.op.output("Out")], "Scope": _scope(given, key)}
 

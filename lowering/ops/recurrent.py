@@ -29,6 +29,8 @@ from ...ir.errors import OpRuntimeError, ShapeError
 from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, grad_rule
+from ..checks import reduce_stacked
+from ..lower import CHECKS
 
 _ATTRS = {"sub_block": Attr("block", 0), "ex_states": Attr("strings", []), "states": Attr("strings", []),
           "reverse": False, "has_states": False, "is_train": True,
@@ -84,7 +86,8 @@ class _Recurrence:
             raise OpRuntimeError(f"{_where(op)}: needs at least one step input")
 
     def run(self, xs: list, inits: list, params: list):
-        """(outputs stacked [T, ...], final states)."""
+        """(outputs stacked [T, ...], final states, the step block's run-time checks over every
+        step, packed, or None)."""
         steps = {int(x.shape[0]) for x in xs}
         if len(steps) != 1:
             raise OpRuntimeError(f"{_where(self.op)}: the step inputs {self.in_names} have different numbers of "
@@ -114,10 +117,12 @@ class _Recurrence:
                 if name not in written:
                     raise OpRuntimeError(f"{_where(self.op)}: output {name!r} is not written by the step block")
                 outs.append(jnp.asarray(written[name]))
-            return new, outs
+            return new, (outs, written.get(CHECKS))
 
-        final, ys = lax.scan(step, inits, (xs, jnp.arange(count)), reverse=self.reverse)
-        return ys, final
+        final, (ys, checks) = lax.scan(step, inits, (xs, jnp.arange(count)), reverse=self.reverse)
+        if checks is not None:
+            checks = reduce_stacked(checks, self.sub.check_infos)
+        return ys, final, checks
 
 
 _SLOTS = ("inputs", "initial_states", "parameters")
@@ -134,16 +139,17 @@ def _wanted(grad_op, primal: dict) -> dict:
 
 
 def _differentiated(rec: "_Recurrence", primal: dict, wanted: dict):
-    """(outputs, vjp) of the scan with respect to the ``wanted`` inputs."""
+    """(outputs, vjp, the step block's packed checks or None) of the scan with respect to the
+    ``wanted`` inputs."""
     def forward(diff: dict) -> list:
         values = {s: list(primal[s]) for s in _SLOTS}
         for s in _SLOTS:
             for i, v in zip(wanted[s], diff[s]):
                 values[s][i] = v
-        ys, _ = rec.run(values["inputs"], values["initial_states"], values["parameters"])
-        return ys
+        ys, _, checks = rec.run(values["inputs"], values["initial_states"], values["parameters"])
+        return ys, checks
 
-    return jax.vjp(forward, {s: [primal[s][i] for i in wanted[s]] for s in _SLOTS})
+    return jax.vjp(forward, {s: [primal[s][i] for i in wanted[s]] for s in _SLOTS}, has_aux=True)
 
 
 def _grad_op_of(op):
@@ -166,10 +172,11 @@ def recurrent(ctx):
         # recurrent_grad (XLA does not merge the two identical loops a recomputation would make).
         primal = {s: list(ctx.inputs(s)) for s in _SLOTS}
         wanted = _wanted(grad_op, primal)
-        ys, vjp = _differentiated(rec, primal, wanted)
+        ys, vjp, checks = _differentiated(rec, primal, wanted)
         scope.update(vjp=vjp, wanted=wanted, outputs=ys)
     else:
-        ys, _ = rec.run(ctx.inputs("inputs"), ctx.inputs("initial_states"), ctx.inputs("parameters"))
+        ys, _, checks = rec.run(ctx.inputs("inputs"), ctx.inputs("initial_states"), ctx.inputs("parameters"))
+    sub.report(checks)
     return {"outputs": ys, "step_scopes": scope}
 
 
@@ -193,7 +200,7 @@ def recurrent_grad(ctx):
     if isinstance(saved, dict) and saved.get("wanted") == wanted and "vjp" in saved:
         ys, vjp = saved["outputs"], saved["vjp"]
     else:
-        ys, vjp = _differentiated(rec, primal, wanted)
+        ys, vjp, _ = _differentiated(rec, primal, wanted)
     given = dict(zip(op.input("outputs@GRAD"), ctx.inputs("outputs@GRAD")))
     positional = ctx.inputs("outputs@GRAD")
     cts = []

@@ -62,12 +62,26 @@ def sequence_pool(ctx):
             n = jnp.sqrt(n) if pool == "SQRT" else n
             out = out / _broadcast_rows(jnp.maximum(n, jnp.ones((), data.dtype)), out)
     elif pool == "MAX":
-        best = jax.ops.segment_max(data, seg, num_segments=count)
+        # Paddle's kernel: start from the sequence's first row, take a later row only when it is
+        # greater. So a NaN in the first row is the result, a later NaN is never taken (and a
+        # column's maximum never comes from another sequence: every row is its own sequence's).
         row = _broadcast_rows(jnp.arange(rows, dtype=jnp.int32), data)
         safe_seg = jnp.minimum(seg, count - 1) if count else seg
-        hit = (data == best[safe_seg]) & _broadcast_rows(seg < count, data)
+        real = _broadcast_rows(seg < count, data)
+        starts = offsets[:-1].astype(jnp.int32)
+        if jnp.issubdtype(data.dtype, jnp.inexact):
+            first_row = _broadcast_rows(offsets[safe_seg] == jnp.arange(rows, dtype=offsets.dtype), data)
+            lowest = jnp.array(-jnp.inf, data.dtype)
+            candidate = jnp.where(jnp.isnan(data) & ~first_row, lowest, data)
+            lead_nan = jnp.isnan(data[jnp.clip(starts, 0, rows - 1)])              # [count, ...]
+        else:
+            candidate, lead_nan = data, None
+        best = jax.ops.segment_max(jnp.where(real, candidate, jnp.zeros((), data.dtype)), seg, num_segments=count)
+        hit = (candidate == best[safe_seg]) & real
         candidates = jnp.where(hit, jnp.broadcast_to(row, data.shape), rows)
         max_index = jax.ops.segment_min(candidates, seg, num_segments=count)
+        if lead_nan is not None:
+            max_index = jnp.where(lead_nan, _broadcast_rows(starts, max_index), max_index)
         max_index = jnp.minimum(max_index, rows - 1)
         out = jnp.take_along_axis(data, max_index.reshape(count, -1).reshape(max_index.shape), axis=0) \
             if data.ndim > 1 else data[max_index]

@@ -17,6 +17,7 @@ from ...ir import dtypes
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
+from ..checks import bound_checked
 from ..lod_value import LoDValue
 from ..lower import lod_aware
 
@@ -48,6 +49,21 @@ def _need_lod(ctx: InferShapeContext, slot: str, levels: int | None = None) -> N
     else:
         ctx.check(v.lod_level == levels,
                   f"{slot} must be a LoD tensor with {levels} level(s) (Paddle's rule), got lod_level {v.lod_level}")
+
+
+def _check(ctx, ok, value, message: str, bound=None, lod: bool = False) -> None:
+    """A size the data must respect, checked inside the step (Paddle's kernel raises there): a
+    failed run raises :class:`~fluidjax.BoundExceededError` (``lod``: :class:`~fluidjax.LoDError`)
+    naming the op, ``message``, the bound and ``value``, and commits nothing."""
+    if ctx.checks is not None:
+        ctx.checks.check_bound(ctx.op, jnp.all(ok), value,
+                               {"kind": "bound", "bound": bound, "message": message, "lod": lod})
+
+
+def _first_bad(ok, value):
+    """``value`` where ``ok`` first fails (any, when none does)."""
+    ok, value = jnp.ravel(ok), jnp.ravel(value)
+    return value[jnp.argmin(ok)] if ok.shape[0] else jnp.zeros((), value.dtype)
 
 
 def _static_int(value, what: str) -> int:
@@ -143,8 +159,12 @@ def sequence_pad(ctx):
     x, pad = ctx.input("X"), ctx.input("PadValue")
     data, offsets = x.data, x.offsets[0]
     steps = int(ctx.attr("padded_length"))
-    steps = data.shape[0] if steps <= 0 else steps
     lengths = offsets[1:] - offsets[:-1]
+    if steps > 0:
+        longest = jnp.max(lengths, initial=0)
+        _check(ctx, longest <= steps, longest, f"padded_length is {steps}, shorter than the longest sequence "
+               "(Paddle: padded_length must be >= the longest sequence's length)", bound=steps)
+    steps = data.shape[0] if steps <= 0 else steps
     t = jnp.arange(steps, dtype=offsets.dtype)
     inside = t[None, :] < lengths[:, None]                                    # [count, steps]
     source = jnp.clip(offsets[:-1, None] + t[None, :], 0, max(data.shape[0] - 1, 0))
@@ -170,7 +190,11 @@ def sequence_unpad(ctx):
     x, length = ctx.input("X"), ctx.input("Length")
     x = x.data if x.__class__ is LoDValue else x
     count, steps = x.shape[0], x.shape[1]
-    lengths = jnp.clip(length.reshape(-1).astype(jnp.int32), 0, steps)
+    given = length.reshape(-1)
+    fits = (given >= 0) & (given <= steps)
+    _check(ctx, fits, _first_bad(fits, given), f"a Length must be in [0, {steps}] (X holds {steps} steps per "
+           "sequence)", bound=steps)
+    lengths = jnp.clip(given.astype(jnp.int32), 0, steps)
     offsets = _with_zero(lengths)
     seg, pos, real = _owner(offsets, max(count * steps, 1))
     flat = x.reshape((count * steps,) + tuple(x.shape[2:]))
@@ -227,6 +251,12 @@ def sequence_slice(ctx):
     start = ctx.input("Offset").reshape(-1).astype(jnp.int32)
     length = ctx.input("Length").reshape(-1).astype(jnp.int32)
     x_off = x.offsets[0]
+    seq_len = x_off[1:] - x_off[:-1]
+    end = start + length
+    fits = (start >= 0) & (length >= 0) & (end <= seq_len)
+    _check(ctx, fits, _first_bad(fits, jnp.where(start < 0, start, jnp.where(length < 0, length, end))),
+           "every slice must lie within its sequence (Offset >= 0, Length >= 0, Offset + Length <= the "
+           "sequence's length); the offending Offset, Length or Offset + Length")
     offsets = _with_zero(length)
     seg, pos, real = _owner(offsets, x.data.shape[0])
     source = jnp.clip(x_off[seg] + start[seg] + pos, 0, x.data.shape[0] - 1)
@@ -253,6 +283,10 @@ def sequence_reshape(ctx):
     flat = x.data.reshape(-1)
     out_rows = max(-(-rows * width // new_dim), 1)
     flat = jnp.pad(flat, (0, out_rows * new_dim - flat.shape[0]))
+    values = (x.offsets[0][1:] - x.offsets[0][:-1]) * width
+    fits = values % new_dim == 0
+    _check(ctx, fits, _first_bad(fits, values), f"every sequence's values (length x {width}) must make whole rows "
+           f"of new_dim = {new_dim}; a sequence's number of values", bound=new_dim, lod=True)
     offsets = (x.offsets[0] * width) // new_dim
     return {"Out": LoDValue(flat.reshape(out_rows, new_dim), (offsets.astype(jnp.int32),))}
 
@@ -319,7 +353,23 @@ def lod_reset(ctx):
     else:
         level = jnp.asarray(list(ctx.attr("target_lod")), jnp.int32)
     upper = x.offsets if (ctx.attr("append") and x.__class__ is LoDValue) else ()
+    # The new (last) level cuts X's real rows.
+    rows = x.offsets[-1][-1] if x.__class__ is LoDValue else data.shape[0]
+    if level.shape[0] < 2:
+        raise OpRuntimeError(f"op 'lod_reset' at {ctx.op.location}: the new LoD needs at least two offsets, got "
+                             f"{level.shape[0]}")
+    steps = level[1:] - level[:-1]
+    good = (level[0] == 0) & jnp.all(steps >= 0) & (level[-1] == rows)
+    _check(ctx, good, jnp.where(level[-1] != rows, level[-1], jnp.min(steps, initial=0)),
+           "the new offsets must start at 0, never decrease and end at X's row count; the offending last "
+           "offset (or a negative step)", lod=True)
     return {"Out": LoDValue(data, (*upper, level))}
+
+
+bound_checked("sequence_pad", lambda op_: int(op_.attrs.get("padded_length", -1)) > 0)
+for _type in ("sequence_unpad", "sequence_slice", "sequence_reshape"):
+    bound_checked(_type)
+bound_checked("lod_reset")
 
 
 lod_aware("sequence_expand", "sequence_pad", "sequence_unpad", "sequence_mask", "sequence_slice",

@@ -16,6 +16,7 @@ from jax import lax
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
+from ..checks import bound_checked, room_of
 from ..lod_value import LoDValue
 from ..lower import lod_aware
 from ._control import _constant, _floating, _strong, _where
@@ -28,7 +29,8 @@ from ._control import _constant, _floating, _strong, _where
 DEFAULT_LOOP_CAPACITY = 64     # room per write op in a loop without max_iterations
 
 
-_IN_LOOP = "@fluidjax:loop_array_room@"    # env marker inside a loop body: room per array write
+_IN_LOOP = "@fluidjax:loop_array_room@"    # env marker inside a loop body: {array: room} ("*": any other)
+_LOOP_OWNER = "@fluidjax:loop_owner@"      # env marker inside a loop body: (its while op, its trips)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -96,10 +98,39 @@ def _write_shape(ctx: InferShapeContext) -> None:
 
 def _static_index(ctx) -> int | None:
     """The index input's value when a ``fill_constant`` before the op gives it (the usual case
+    outside loops), or when it is known while the step is traced (a constant incremented
     outside loops), else None."""
     names = ctx.op.input("I")
     value = _constant(ctx.op.block, ctx.op, names[0]) if names else None
+    if value is None:
+        raw = ctx.input("I")
+        if raw is not None and not isinstance(raw, jax.core.Tracer) and jnp.size(raw) == 1:
+            value = int(jnp.asarray(raw).reshape(()))
     return int(value) if value is not None and value >= 0 else None
+
+
+def _check_room(ctx, i, capacity: int, name: str, room) -> None:
+    """A write at a traced index ``i`` into an array of fixed ``capacity``: the step reports a
+    write past it (``checks.grow_rooms`` gives the loop, or this op, more room and the run is
+    done again), never drops it silently."""
+    if ctx.checks is None:
+        return
+    owner, trips = ctx.env.get(_LOOP_OWNER) if room else (ctx.op, capacity)
+    ctx.checks.check_bound(ctx.op, i < capacity, i + 1,
+                           {"kind": "room", "owner": owner, "room": trips, "array": name,
+                            "bound": capacity})
+
+
+def _writes_may_overflow(op_) -> bool:
+    """Whether a ``write_to_array`` has a room its data may pass: inside a sub-block (a loop fixes
+    the room), or at an index no ``fill_constant`` gives."""
+    if op_.block.idx != 0:
+        return True
+    names = op_.input("I")
+    return not names or _constant(op_.block, op_, names[0]) is None
+
+
+bound_checked("write_to_array", _writes_may_overflow)
 
 
 def _write_to_array_grad(op, out_grads, in_grads):
@@ -120,25 +151,33 @@ def write_to_array(ctx):
     name = ctx.op.output("Out")[0]
     array = ctx.env.get(name)
     room = ctx.env.get(_IN_LOOP)
+    if isinstance(room, dict):
+        room = room.get(name) or room.get("*")
     if isinstance(raw, LoDValue) or (isinstance(array, TensorArray) and isinstance(array.buffer, LoDValue)):
         # An element keeps its LoD (or the count of its rows, when that is data)
         if not isinstance(raw, LoDValue) and jnp.ndim(raw) == 0:
             raise OpRuntimeError(f"{_where(ctx.op)}: array {name!r} holds LoD tensors (rows); X is a scalar")
         item = raw if isinstance(raw, LoDValue) else counted(_strong(jnp.asarray(raw)))
-        return {"Out": write_lod_item(ctx, item, _index(ctx), array, None if room else _static_index(ctx), room)}
+        static = None if room else _static_index(ctx)
+        out = write_lod_item(ctx, item, _index(ctx), array, static, room)
+        if room or static is None:
+            _check_room(ctx, _index(ctx), out.buffer.data.shape[0], name, room)
+        return {"Out": out}
     x = _strong(jnp.asarray(raw))
     i = _index(ctx)
     static = None if room else _static_index(ctx)
     if not isinstance(array, TensorArray):
-        capacity = room if room else (static + 1 if static is not None else 1)
+        capacity = room if room else (static + 1 if static is not None else room_of(ctx.op, 1))
         array = TensorArray(jnp.zeros((capacity,) + x.shape, x.dtype), jnp.zeros((), jnp.int32))
     elif not room:
-        needed = static + 1 if static is not None else array.capacity + 1
+        needed = static + 1 if static is not None else room_of(ctx.op, array.capacity + 1)
         array = array.grown(needed - array.capacity)
     if tuple(array.buffer.shape[1:]) != x.shape:
         raise OpRuntimeError(f"{_where(ctx.op)}: array {name!r} holds elements of shape "
                              f"{tuple(array.buffer.shape[1:])}, X has shape {x.shape}; under XLA every element "
                              "of an array has one shape")
+    if room or static is None:
+        _check_room(ctx, i, array.capacity, name, room)
     buffer = array.buffer.at[i].set(x.astype(array.buffer.dtype), mode="drop")
     length = jnp.minimum(jnp.maximum(array.length, i + 1), array.capacity)
     return {"Out": TensorArray(buffer, length.astype(jnp.int32))}
@@ -280,7 +319,7 @@ def write_lod_item(ctx, x: LoDValue, i, array, static_index, room: int | None = 
             raise OpRuntimeError(f"{_where(ctx.op)}: the array holds plain tensors; X is a LoD tensor")
         array = counted_array(array)            # plain rows whose count is data, next to plain ones
     if not isinstance(array, TensorArray):
-        capacity = room if room else (static_index + 1 if static_index is not None else 1)
+        capacity = room if room else (static_index + 1 if static_index is not None else room_of(ctx.op, 1))
         buffer = LoDValue(jnp.zeros((capacity,) + data.shape, data.dtype),
                           [jnp.zeros((capacity,) + o.shape, jnp.int32) for o in offsets])
         length = jnp.zeros((), jnp.int32)
@@ -293,7 +332,7 @@ def write_lod_item(ctx, x: LoDValue, i, array, static_index, room: int | None = 
             raise OpRuntimeError(f"{_where(ctx.op)}: the array's elements have {buffer.offsets[0].shape[1] - 1} "
                                  f"top-level sequences, X has {offsets[0].shape[0] - 1}; under XLA they must agree")
         capacity = buffer.data.shape[0]
-        needed = static_index + 1 if static_index is not None else capacity + 1
+        needed = static_index + 1 if static_index is not None else room_of(ctx.op, capacity + 1)
         if needed > capacity and not room:
             grow = needed - capacity
             buffer = LoDValue(_pad_axis(buffer.data, needed, 0),

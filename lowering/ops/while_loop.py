@@ -18,12 +18,13 @@ from ...ir.errors import OpRuntimeError, ShapeError
 from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, grad_rule
+from ..checks import all_ok, merge_packed, room_of
 from ..lod_value import LoDValue
-from ..lower import block_refs, lod_aware
+from ..lower import CHECKS, block_refs, lod_aware
 from ._control import (_constant, _cotangents, _given, _keep_declared, _last_writer, _restore, _scope, _strong,
                        _tree_map, _truth, _where, _zeros)
-from .tensor_array import (_IN_LOOP, DEFAULT_LOOP_CAPACITY, TensorArray, _diffable, _fit_cotangent, _leaf, _put,
-                           _with_leaves, widened)
+from .tensor_array import (_IN_LOOP, _LOOP_OWNER, DEFAULT_LOOP_CAPACITY, TensorArray, _diffable, _fit_cotangent,
+                           _leaf, _put, _with_leaves, widened)
 
 
 # -- while -----------------------------------------------------------------------------------------
@@ -46,15 +47,22 @@ class _Loop:
             else:
                 init[n] = _strong(v)
         self.consts = {n: v for n, v in given.items() if n not in self.carried}
-        # Arrays the body writes keep one capacity through the loop: room made before it starts.
+        # Arrays the body writes keep one capacity through the loop: room made before it starts,
+        # for as many iterations as the program or the data bounds the loop by (a DynamicRNN's
+        # longest sequence is at most its input's padded row count), else a default that a run
+        # writing past it grows (checks.grow_rooms: the run is done again with more room).
         writes = [o.output("Out")[0] for o in _ops_within(sub.block) if o.type == "write_to_array"]
-        trips = _bound(fwd_op) or DEFAULT_LOOP_CAPACITY
-        self.room = len(writes) * trips
+        trips = room_of(fwd_op, _bound(fwd_op) or _ranked_trips(fwd_op, ctx.env) or DEFAULT_LOOP_CAPACITY)
+        self.trips = trips
+        # An array the body creates gets room for its own writes (an array made before the loop is
+        # grown below); "*" covers a name the static scan of the body could not see.
+        self.room = {"*": len(writes) * trips, **{n: writes.count(n) * trips for n in writes}}
         for n, v in init.items():
             if isinstance(v, TensorArray):          # room for every write of the body to it
                 init[n] = v.grown(writes.count(n) * trips)
         self._widen_arrays(init)
-        if missing:
+        self.checked = False
+        if missing or sub.checks is not None:
             # Variables the body writes for the first time: zeros of the type one iteration gives.
             written = jax.eval_shape(lambda c: self._body(c, self.consts, 0), init)
             for n in missing:
@@ -62,6 +70,10 @@ class _Loop:
                     raise OpRuntimeError(f"{_where(fwd_op)}: output {n!r} has no value before the loop and "
                                          f"its body (block {sub.block.idx}) does not write it")
                 init[n] = _zeros(written[n])
+            if CHECKS in written:                   # the body's run-time checks ride in the carry
+                init[CHECKS] = all_ok(sub.check_infos)
+                self.carried.append(CHECKS)
+                self.checked = True
         self.init = init
 
     def _widen_arrays(self, init: dict) -> None:
@@ -106,12 +118,15 @@ class _Loop:
                     f"({[str(x.dtype) for x in la]} before, {[str(y.dtype) for y in lb]} after one)")
 
     def _body(self, carry: dict, consts: dict, i) -> dict:
-        return self.sub({**consts, **carry, _IN_LOOP: self.room}, self._key(i))
+        return self.sub({**consts, **carry, _IN_LOOP: self.room, _LOOP_OWNER: (self.op, self.trips)}, self._key(i))
 
     def step(self, carry: dict, consts: dict, i) -> dict:
         """One iteration: the body run on ``carry`` (and ``consts``); the new carry."""
         written = self._body(carry, consts, i)
-        return {n: _strong(written[n]) if n in written else carry[n] for n in self.carried}
+        new = {n: _strong(written[n]) if n in written else carry[n] for n in self.carried if n != CHECKS}
+        if self.checked:
+            new[CHECKS] = merge_packed(carry[CHECKS], written[CHECKS], self.sub.check_infos)
+        return new
 
     def running(self, carry: dict):
         return _truth(carry[self.cond_name], self.op, "Condition")
@@ -177,6 +192,8 @@ def while_(ctx):
     key = sub.base_key()
     loop = _Loop(ctx, ctx.op, sub, given, key)
     final, _ = loop.run(loop.init, loop.consts)
+    if loop.checked:
+        sub.report(final[CHECKS])
     return {"Out": [final.get(n) for n in ctx.op.output("Out")], "StepScopes": _scope(given, key)}
 
 
@@ -210,18 +227,46 @@ def _counted_trips(fwd_op) -> int | None:
         return None
 
 
-def _trips_until(fwd_op, ops, end: int, cond: str, depth: int) -> int | None:
+def _ranked_trips(fwd_op, env) -> int | None:
+    """A bound on the trip count of a loop counting to a ``max_sequence_len`` (DynamicRNN's
+    ``step < max_seq_len``): the longest sequence of the ranked LoD tensor is at most its padded
+    row count, which the rank table holds statically (it is part of the step's signature, a
+    bucket of the fed rows). None for any other loop."""
+    try:
+        body = fwd_op.block.program.block(_block_idx(fwd_op.attrs.get("sub_block")))
+        ops = list(body.ops)
+        return _trips_until(fwd_op, ops, len(ops), fwd_op.input("Condition")[0], 0, env)
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
+
+
+def _rank_rows(fwd_op, name: str, env) -> int | None:
+    """The padded row count of the rank table whose ``max_sequence_len`` last wrote ``name`` before
+    ``fwd_op`` (in its block), when that table is at hand."""
+    block = fwd_op.block
+    ops = block.ops[:block.ops.index(fwd_op)] if fwd_op in block.ops else []
+    writer = _last_writer(ops, name)
+    if writer is None or writer.type != "max_sequence_len":
+        return None
+    table = env.get(writer.input("RankTable")[0]) if env is not None else None
+    rows = getattr(table, "rows", None)
+    return max(int(rows), 1) if isinstance(rows, int) else None
+
+
+def _trips_until(fwd_op, ops, end: int, cond: str, depth: int, env=None) -> int | None:
     """:func:`_counted_trips` for the condition ``cond`` written among the body's first ``end``
     ops: through ``assign`` s and ``logical_and`` (the loop ends no later than its counting side:
-    a bound, as for Fluid's beam decoder, ``counter < max_len and not is_empty(selected_ids)``)."""
+    a bound, as for Fluid's beam decoder, ``counter < max_len and not is_empty(selected_ids)``).
+    With ``env`` (the loop's environment), a limit written by ``max_sequence_len`` counts too, as
+    a bound: see :func:`_ranked_trips`."""
     last = _last_writer(ops[:end], cond)
     if last is None or depth > 8:
         return None
     at = ops.index(last)
     if last.type == "assign":
-        return _trips_until(fwd_op, ops, at, last.input("X")[0], depth + 1)
+        return _trips_until(fwd_op, ops, at, last.input("X")[0], depth + 1, env)
     if last.type == "logical_and":
-        sides = [_trips_until(fwd_op, ops, at, last.input(slot)[0], depth + 1) for slot in ("X", "Y")]
+        sides = [_trips_until(fwd_op, ops, at, last.input(slot)[0], depth + 1, env) for slot in ("X", "Y")]
         sides = [t for t in sides if t is not None]
         return min(sides) if sides else None
     if last.type not in _COMPARE:
@@ -248,6 +293,9 @@ def _trips_until(fwd_op, ops, end: int, cond: str, depth: int) -> int | None:
             writer is step_op or (writer.type == "assign" and writer.input("X")[0] in step_op.output_arg_names)):
         return None
     start, stop = _constant(fwd_op.block, fwd_op, var), _constant(fwd_op.block, fwd_op, limit)
+    if stop is None and env is not None and last.type == "less_than":
+        stop = _rank_rows(fwd_op, limit, env)
+        start = start if start is None or start >= 0 else None      # counting up from 0 or more
     if start is None or stop is None:
         return None
     return max(0, int(_COMPARE[last.type](int(start), int(stop), int(k))))
