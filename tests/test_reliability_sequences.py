@@ -181,6 +181,21 @@ def test_sequence_pool_max_keeps_nan_in_its_own_sequence():
         np.testing.assert_array_equal(max_index.ravel(), index)
 
 
+def test_sequence_softmax_of_a_sequence_holding_nan_is_nan():
+    """Before: [nan, 1] gave [nan, 2.718] (a 'probability' above 1: the NaN total was replaced by 1,
+    a guard meant for empty sequences) and [-inf, -inf] gave [0, 0]; Paddle's kernel (exp(x) /
+    sum(exp(x)) per sequence) gives NaN for both. The other sequence is untouched either way."""
+    exe = fj.Executor()
+    for head, want in (([np.nan, 1], [np.nan, np.nan]), ([-np.inf, -np.inf], [np.nan, np.nan]),
+                       ([np.inf, 1], [np.nan, 0.0]), ([1.0, 1.0], [0.5, 0.5])):
+        data = np.array(head + [1, 2, 3], np.float32).reshape(-1, 1)
+        main, feed, fetch = _one_op("sequence_softmax", {"X": data}, {}, ["Out"], {"X": [[2, 3]]})
+        out, = exe.run(main, feed=feed, fetch_list=fetch, scope=fj.Scope())
+        tail = np.exp([1.0, 2.0, 3.0]) / np.exp([1.0, 2.0, 3.0]).sum()
+        np.testing.assert_allclose(out.ravel(), np.array(want + list(tail), np.float32), rtol=1e-6,
+                                   equal_nan=True, err_msg=str(head))
+
+
 # -- item 3: sizes the data must respect are checked, never cut -------------------------------------
 _X8 = np.arange(8, dtype=np.float32).reshape(-1, 1)
 _BROKEN = {
@@ -311,9 +326,9 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st  # 
 
 POISONS = (np.nan, np.inf, -np.inf, 1e30)
 ROWS = 4096                    # the default run: at most this many rows per example
-SLOW_ROWS = 40000              # the slow run
+SLOW_ROWS = 16384              # the slow run (sequence_pad's output is [sequences, padded rows, 3])
 EXAMPLES = 6                   # examples per property (the default run)
-SLOW_EXAMPLES = 40
+SLOW_EXAMPLES = 30
 
 
 def _settings(examples=EXAMPLES):
@@ -570,9 +585,13 @@ def _sequence_references(v, lengths, lengths2, offsets, slice_offset, slice_leng
     ref["MaxIndex"] = (np.stack([np.full(3, -1) if n == 0 else s + np.asarray(r[1])
                                  for r, n, s in zip(maxes, lengths, starts)]).astype(np.int32), None)
     soft = []
-    for rows in _per_sequence(x1[:, 0], lengths):
-        e = np.exp(rows.astype(np.float64) - (rows.max() if len(rows) else 0.0))
-        soft.append(e / e.sum() if len(rows) else e)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for rows in _per_sequence(x1[:, 0], lengths):
+            # Paddle's exp(x) / sum(exp(x)), shifted by the maximum where it is finite (Paddle's
+            # kernel overflows for x > 88 in float32; the shift gives the exact result there).
+            peak = rows.max() if len(rows) else 0.0
+            e = np.exp(rows.astype(np.float64) - (peak if np.isfinite(peak) else 0.0))
+            soft.append(e / e.sum() if len(rows) else e)
     ref["softmax"] = (np.concatenate(soft).reshape(-1, 1) if soft else np.zeros((0, 1)), [lengths])
     ref["reverse"] = (np.concatenate([rows[::-1] for rows in seqs]), [lengths])
     ref["expand_as"] = (np.repeat(xe, lengths, axis=0), [lengths])
@@ -634,15 +653,11 @@ def check_sequence_battery(inputs):
     got = dict(zip(p.names, p.run(values, {"x": [lengths], "x1": [lengths], "ids": [lengths], "x2": [lengths2]})))
     offsets = _offsets(lengths)
     ref = _sequence_references(values, lengths, lengths2, offsets, slice_offset, slice_length, new_offsets)
-    clean = ~bad
-    clean_rows = np.repeat(clean, lengths)
     for name, (want, want_lod) in ref.items():
         value = got[name]
         have = np.asarray(value)
         if want_lod is not None:
             assert value.recursive_sequence_lengths() == want_lod, f"{name}: LoD"
-        if name == "softmax":           # Paddle's softmax of a sequence holding NaN/Inf: not pinned down
-            have, want = have[clean_rows], want[clean_rows]
         _same(have, want.astype(have.dtype) if have.dtype.kind != "f" else want, name,
               rtol=1e-4, atol=1e-4 if name not in ("conv", "row_conv") else 1e-3)
     longest = max(lengths)
@@ -775,7 +790,7 @@ def test_property_recurrent_lod_ops_against_paddle(inputs):
 
 @pytest.mark.slow
 @_settings(SLOW_EXAMPLES // 2)
-@given(inputs=recurrent_inputs(max_rows=SLOW_ROWS // 4))
+@given(inputs=recurrent_inputs(max_rows=SLOW_ROWS // 2))
 def test_property_recurrent_lod_ops_against_paddle_deep(inputs):
     check_recurrent_battery(inputs)
 
@@ -844,7 +859,7 @@ def test_property_dynamic_rnn_against_numpy(inputs):
 
 @pytest.mark.slow
 @_settings(SLOW_EXAMPLES // 2)
-@given(inputs=dynamic_rnn_inputs(max_rows=SLOW_ROWS // 4))
+@given(inputs=dynamic_rnn_inputs(max_rows=SLOW_ROWS // 2))
 def test_property_dynamic_rnn_against_numpy_deep(inputs):
     check_dynamic_rnn(*inputs)
 

@@ -135,7 +135,10 @@ def sequence_softmax(ctx):
     peak = jnp.where(jnp.isfinite(peak), peak, zero)
     e = jnp.where(real, jnp.exp(jnp.where(real, flat - peak[seg], zero)), zero)
     total = jax.ops.segment_sum(e, ids, num_segments=count)
-    total = jnp.where(total > 0, total, jnp.ones((), flat.dtype))
+    # Only an empty sequence's total is replaced: a real sequence's NaN or 0 total (it holds NaN, or
+    # only -inf) makes it NaN, as Paddle's exp(x) / sum(exp(x)) does.
+    lengths = x.offsets[-1][1:] - x.offsets[-1][:-1]
+    total = jnp.where(lengths > 0, total, jnp.ones((), flat.dtype))
     out = jnp.where(real, e / total[seg], zero)
     return {"Out": LoDValue(out.reshape(data.shape), x.offsets)}
 
