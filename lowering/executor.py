@@ -77,8 +77,9 @@ def _fetch_name(item) -> str:
 # with each other and with the saves and reads of that state (lowering/scope.py).
 _state_lock = state_lock
 
-# The state locks of the runs in progress on each thread (see Executor.run).
-_in_progress = threading.local()
+# The thread of the run in progress on each scope tree, by the tree's state lock (see Executor.run).
+_running: dict = {}
+_get_ident = threading.get_ident
 
 _REENTRANT = ("exe.run was called on a scope whose run is in progress on this same thread: a signal handler "
               "(or a callback) interrupted that run and called exe.run again. It cannot wait for that run, "
@@ -86,19 +87,11 @@ _REENTRANT = ("exe.run was called on a scope whose run is in progress on this sa
               "call exe.run from the handler after the run returns (or from your main loop).")
 
 
-def _runs_on_this_thread() -> set:
-    try:
-        return _in_progress.runs
-    except AttributeError:
-        runs = _in_progress.runs = set()
-        return runs
-
-
 def _run_in_progress(lock) -> bool:
     """Whether a frame of ``Executor.run`` on this thread's stack (below the caller's) runs on
-    ``lock``'s scope. Asked only when the thread's set names the lock: an exception raised by a
-    signal handler between its ``add`` and ``discard`` can leave a stale entry, which must not
-    refuse later runs."""
+    ``lock``'s scope. Asked only when ``_running`` names this thread for the lock: an exception
+    raised by a signal handler between the mark and its removal can leave a stale mark, which
+    must not refuse later runs."""
     frame = sys._getframe(2)
     code = Executor.run.__code__
     while frame is not None:
@@ -143,6 +136,8 @@ class _Plan:
     memory: dict | None = None
     figures: dict = dataclasses.field(default_factory=dict)   # feed shapes -> XLA's figures
     quiet_below: int = -1
+    mem_shape: Any = None                  # the last run's memory key (_mem_key) and need
+    mem_need: int = 0
     step_fn: Any = None                    # the traced function (a step without donation is made from it)
     kept_step: Any = None                  # jax.jit(step_fn) without donation, made when first needed
     # A step with a while loop: undonated, run so that Ctrl-C can abandon it (lowering/interrupt.py).
@@ -203,11 +198,11 @@ class Executor:
             with lock:
                 # A handler (or callback) that interrupted a run of this scope on this thread cannot
                 # wait for it: that run waits for the handler. It is refused before it reads anything.
-                runs = _runs_on_this_thread()
-                if lock in runs and _run_in_progress(lock):
+                me = _get_ident()
+                if _running.get(lock) == me and _run_in_progress(lock):
                     raise ReentrantRunError(_REENTRANT)
                 try:
-                    runs.add(lock)
+                    _running[lock] = me
                     program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
                     if plan.host_ops:
                         self._run_host_ops(plan, scope)
@@ -215,8 +210,8 @@ class Executor:
                         values = self._host_values(program, plan, args[3])
                     careful = False
                     if plan.memory is not None:      # what the step needs (known per feed shape)
-                        need = plan.memory.get(tuple([f.shape for f in args[2]]))
-                        if need is None or need > plan.quiet_below:
+                        shape = args[2][0].shape if args[2] else ()
+                        if shape != plan.mem_shape or plan.mem_need > plan.quiet_below:
                             careful = self._check_memory(plan, args)
                     outs = self._call_interruptible(plan, args) if plan.interruptible else None
                     with deferred_signals():
@@ -227,9 +222,9 @@ class Executor:
                                 fetches, failed = self._execute(program, scope, plan, args, careful, outs)
                             committed = failed is None
                         finally:
-                            runs.discard(lock)   # before the deferred handlers run: they may run
+                            _running.pop(lock, None)   # before the deferred handlers run: they may run
                 finally:
-                    runs.discard(lock)
+                    _running.pop(lock, None)
             if failed is not None:
                 raise failed
             if return_numpy:
@@ -342,7 +337,7 @@ class Executor:
                 done.set()
 
         if threading.current_thread() is threading.main_thread():
-            threading.Thread(target=work, name="fluidjax-step", daemon=True).start()
+            interrupt.workers.submit(work)
             try:
                 while not done.wait(0.05):
                     pass
@@ -374,7 +369,7 @@ class Executor:
     def _check_memory(self, plan: _Plan, args: tuple) -> bool:
         """Refuse a step that cannot fit in its device's free memory (before anything is donated);
         True when it fits but needs most of it (then it runs undonated and is waited for)."""
-        sig = tuple([f.shape for f in args[2]])
+        sig = _mem_key(args)
         need = plan.memory.get(sig)
         if need is None:
             figures = self._step_figures(plan, args)
@@ -383,14 +378,16 @@ class Executor:
             else:
                 plan.memory[sig] = need = memory.extra_need(figures, self._resident(args))
                 plan.figures[sig] = figures
-            if need == 0:
-                return False
+        plan.mem_shape, plan.mem_need = sig, need
+        if need == 0:
+            return False
         device = self._device or jax.local_devices()[0]
         free, source = memory.free_bytes(device)
         if free is None:
             plan.quiet_below = max(plan.quiet_below, need)     # unknown: never asked again for this need
             return False
         if need > free:
+            plan.mem_shape = None                # the next run of this shape checks again
             raise ResourceExhaustedError(
                 f"this run's step needs {need:,} bytes of memory beyond the {self._resident(args):,} its state "
                 f"already holds ({self._need_text(plan, args, with_free=False)}), but {device} has {free:,} bytes "
@@ -415,7 +412,7 @@ class Executor:
         return sum(int(getattr(v, "nbytes", 0)) for v in args[0] + args[1])
 
     def _need_text(self, plan: _Plan, args: tuple, with_free: bool = True) -> str:
-        sig = tuple([f.shape for f in args[2]])
+        sig = _mem_key(args)
         figures = plan.figures.get(sig)
         if figures is None:
             return "XLA gave no memory analysis of it"
@@ -513,7 +510,7 @@ class Executor:
                                       f"{self._device or jax.local_devices()[0]}")
         need = memory.extra_need(figures, self._resident(args))
         if plan.memory is not None:
-            sig = tuple([f.shape for f in args[2]])
+            sig = _mem_key(args)
             plan.figures[sig], plan.memory[sig] = figures, need
         return dict(figures, need_bytes=need)
 
@@ -914,6 +911,12 @@ def compiled_memory(program: Program, feed: Mapping[str, Any] | None = None, sco
             _analysis_executor.append(Executor())
         executor = _analysis_executor[0]
     return executor.compiled_memory(program, feed, fetch_list, scope)
+
+
+def _mem_key(args: tuple):
+    """What a plan's memory need is kept under: the first feed's shape (its batch size, mostly;
+    a run compares it with the last run's, one tuple comparison)."""
+    return args[2][0].shape if args[2] else ()
 
 
 def _out_of_memory(exc: BaseException) -> bool:

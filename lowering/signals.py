@@ -38,8 +38,11 @@ def _record(signum, frame) -> None:
 
 def _restore() -> None:
     _depth[0] = 0
-    while _saved:
-        sig, handler = _saved.pop()
+    while True:
+        try:
+            sig, handler = _saved.pop()
+        except IndexError:    # (a handler put back here ran a deferred window of its own, which
+            return            # put back the rest)
         _setsignal(sig, handler)
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..interrupt import loop_gate
+from ..interrupt import while_loop as gated_while_loop
 from ...ir.errors import OpRuntimeError, ShapeError
 from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
@@ -133,15 +133,16 @@ class _Loop:
 
     def run(self, carry: dict, consts: dict):
         """The loop to its end (``lax.while_loop``): (final carry, trip count)."""
-        def cond(state):     # the gate: Ctrl-C and FLAGS_max_while_iterations can end it (interrupt.py)
-            return loop_gate(self.op, state[1], self.running(state[0]))
+        def cond(state):
+            return self.running(state[0])
 
         def body(state):
             c, i = state
             return self.step(c, consts, i), i + 1
 
         try:
-            return lax.while_loop(cond, body, (carry, jnp.zeros((), jnp.int32)))
+            # (Ctrl-C and FLAGS_max_while_iterations can end it: lowering/interrupt.py)
+            return gated_while_loop(self.op, cond, body, (carry, jnp.zeros((), jnp.int32)))
         except TypeError:
             self._check_types()     # names the loop variable whose type changed (one more trace)
             raise
