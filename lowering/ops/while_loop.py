@@ -18,7 +18,7 @@ from ...ir.errors import OpRuntimeError, ShapeError
 from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, grad_rule
-from ..checks import all_ok, merge_packed, room_of
+from ..checks import all_ok, bound_checked, merge_packed, room_of
 from ..lod_value import LoDValue
 from ..lower import CHECKS, block_refs, lod_aware
 from ._control import (_constant, _cotangents, _given, _keep_declared, _last_writer, _restore, _scope, _strong,
@@ -61,6 +61,11 @@ class _Loop:
             if isinstance(v, TensorArray):          # room for every write of the body to it
                 init[n] = v.grown(writes.count(n) * trips)
         self._widen_arrays(init)
+        self.capacity = self._widen_lod_vars(init)
+        if self.capacity:
+            self._widen_arrays(init)                 # arrays the wider variables feed
+            init[_FIT] = (jnp.asarray(True), jnp.zeros((), jnp.int64))
+            self.carried.append(_FIT)
         self.checked = False
         if missing or sub.checks is not None:
             # Variables the body writes for the first time: zeros of the type one iteration gives.
@@ -97,6 +102,31 @@ class _Loop:
             if not changed:
                 return
 
+    def _widen_lod_vars(self, init: dict) -> dict:
+        """Loop variables holding LoD values that one iteration gives more rows or sequences (Fluid's
+        beam decoder assigns ``sequence_expand(encoder_out, selected_ids)`` back to ``encoder_out``:
+        one sequence per source before the loop, one per live prefix after): that iteration's
+        static shape becomes the variable's capacity, its value before the loop padded to it (rows
+        of zeros, empty sequences at the end). Each iteration's value is fitted back into it
+        (:func:`_fit_lod`), and a value whose real rows or sequences do not fit fails the run with
+        a ``BoundExceededError`` (the check rides in the carry). {name: (rows, entries per level)}."""
+        try:
+            written = jax.eval_shape(lambda c: self._body(c, self.consts, 0), init)
+        except Exception:
+            return {}               # the loop's own run reports it
+        capacity = {}
+        for n in self.carried:
+            v, after = init.get(n), written.get(n)
+            if v.__class__ is not LoDValue or after.__class__ is not LoDValue \
+                    or len(v.offsets) != len(after.offsets) or v.data.shape[1:] != after.data.shape[1:]:
+                continue
+            rows = max(v.data.shape[0], after.data.shape[0])
+            entries = [max(a.shape[0], b.shape[0]) for a, b in zip(v.offsets, after.offsets)]
+            if rows != v.data.shape[0] or any(e != o.shape[0] for e, o in zip(entries, v.offsets)):
+                capacity[n] = (rows, entries)
+                init[n] = _fit_lod(v, rows, entries)[0]
+        return capacity
+
     def _key(self, i):
         return None if self.key is None else jax.random.fold_in(self.key, i)
 
@@ -124,6 +154,10 @@ class _Loop:
         """One iteration: the body run on ``carry`` (and ``consts``); the new carry."""
         written = self._body(carry, consts, i)
         new = {n: _strong(written[n]) if n in written else carry[n] for n in self.carried if n != CHECKS}
+        for n, (rows, entries) in self.capacity.items():
+            new[n], fits, needed = _fit_lod(new[n], rows, entries)
+            ok, most = carry[_FIT]
+            new[_FIT] = (ok & fits, jnp.maximum(most, needed))
         if self.checked:
             new[CHECKS] = merge_packed(carry[CHECKS], written[CHECKS], self.sub.check_infos)
         return new
@@ -195,7 +229,49 @@ def while_(ctx):
     final, _ = loop.run(loop.init, loop.consts)
     if loop.checked:
         sub.report(final[CHECKS])
+    if loop.capacity and ctx.checks is not None:
+        ok, needed = final[_FIT]
+        names = ", ".join(repr(n) for n in loop.capacity)
+        ctx.checks.check_bound(ctx.op, ok, needed, {
+            "kind": "bound", "bound": max(r for r, _ in loop.capacity.values()),
+            "message": f"loop variable(s) {names} grew past the rows or sequences their first iteration "
+                       f"gave them ({ {n: r for n, (r, _) in loop.capacity.items()} } rows); the loop carries "
+                       "one shape, fixed when the step compiles (real rows or sequences needed)"})
     return {"Out": [final.get(n) for n in ctx.op.output("Out")], "StepScopes": _scope(given, key)}
+
+
+# The carry entry of a loop whose LoD variables have a capacity: (every value fit so far, the most
+# rows or sequences one needed).
+_FIT = "@fluidjax:loop-fit@"
+
+
+def _fit_lod(value, rows: int, entries) -> tuple:
+    """``value`` (a LoDValue) with ``rows`` data rows and ``entries`` offsets per level: padded
+    (zero rows, empty sequences at the end) or cut. Returns (the value, whether its real rows and
+    sequences all fit, the most it needed). Real rows come first and padding sequences are empty
+    at the end, so a cut that keeps them changes nothing."""
+    if value.__class__ is not LoDValue:
+        return value, jnp.asarray(True), jnp.zeros((), jnp.int64)
+    fits, needed = jnp.asarray(True), jnp.zeros((), jnp.int64)
+    offsets = []
+    for o, e in zip(value.offsets, entries):
+        if o.shape[0] > e:      # the cut entries must repeat the last kept one (empty sequences)
+            last = o[e - 1]
+            fits = fits & jnp.all(o[e:] == last)
+            needed = jnp.maximum(needed, jnp.sum(o != o[-1]).astype(jnp.int64) + 1)
+            o = o[:e]
+        elif o.shape[0] < e:
+            o = jnp.concatenate([o, jnp.broadcast_to(o[-1:], (e - o.shape[0],))])
+        offsets.append(o)
+    data = value.data
+    real = value.offsets[-1][-1]
+    if data.shape[0] > rows:
+        fits = fits & (real <= rows)
+        data = data[:rows]
+    elif data.shape[0] < rows:
+        data = jnp.concatenate([data, jnp.zeros((rows - data.shape[0],) + data.shape[1:], data.dtype)])
+    needed = jnp.maximum(needed, real.astype(jnp.int64))
+    return LoDValue(data, offsets), fits, needed
 
 
 def _bound(fwd_op) -> int | None:
@@ -421,3 +497,6 @@ def is_empty(ctx):
 
 # Sub-blocks see LoD values as they are (a DynamicRNN step pools its LoD static input).
 lod_aware("while", "is_empty")
+# A loop carrying a LoD variable may fit it into a capacity, checked at run time (_Loop._widen_lod_vars).
+bound_checked("while", lambda op: any((v := op.block.find_var(n)) is not None and v.lod_level
+                                      for n in op.output("Out")))
