@@ -16,7 +16,7 @@ X = rng.standard_normal((K * SMALL, 8)).astype(np.float32)
 Y = rng.standard_normal((K * SMALL, 1)).astype(np.float32)
 
 
-def _net(make_optimizer, k: int | None, avg: bool = True, recompute: bool = False):
+def _net(make_optimizer, k: int | None, avg: bool = True, recompute: bool = False, outer: bool = False):
     main, startup = fj.Program(), fj.Program()
     main.random_seed = startup.random_seed = 1
     with fj.unique_name.guard(), fj.program_guard(main, startup):
@@ -26,11 +26,14 @@ def _net(make_optimizer, k: int | None, avg: bool = True, recompute: bool = Fals
         h2 = layer.fc(h1, 16, activation="relu")
         loss = layer.mean(layer.square_error_cost(layer.fc(h2, 1), y))
         opt = make_optimizer()
-        if recompute:
+        if recompute and not outer:
             opt = fj.optimizer.RecomputeOptimizer(opt)
             opt._set_checkpoints([h1, h2])
         if k is not None:
             opt = fj.optimizer.GradientMergeOptimizer(opt, k_steps=k, avg=avg)
+        if recompute and outer:         # the other order: recomputation around gradient merge
+            opt = fj.optimizer.RecomputeOptimizer(opt)
+            opt._set_checkpoints([h1, h2])
         opt.minimize(loss)
     return main, startup, loss
 
@@ -102,8 +105,9 @@ def test_sum_without_avg_and_state_between_updates():
     _assert_close(_params(main, scope), whole[0])
 
 
-def test_composes_with_recompute():
-    merged, _ = _train(*_net(OPTIMIZERS["adam"], K, recompute=True), _small_batches(updates=2))
+@pytest.mark.parametrize("outer", [False, True], ids=["merge(recompute)", "recompute(merge)"])
+def test_composes_with_recompute(outer):
+    merged, _ = _train(*_net(OPTIMIZERS["adam"], K, recompute=True, outer=outer), _small_batches(updates=2))
     whole, _ = _train(*_net(OPTIMIZERS["adam"], None), [(X, Y)] * 2)
     _assert_close(merged[K - 1], whole[0])
     _assert_close(merged[2 * K - 1], whole[1])
