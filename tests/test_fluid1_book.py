@@ -698,3 +698,51 @@ def test_machine_translation_decoder_runs_after_training_weights_load(tmp_path):
     lod = seq_ids.lod()
     assert len(lod[0]) == n + 1 and lod[1][-1] == np.array(seq_ids).shape[0]
     assert seq_scores.lod() == lod and np.all(np.isfinite(np.array(seq_scores)))
+
+
+@pytest.mark.slow
+def test_vgg_bn_blocks_train_like_paddle():
+    """image_classification's vgg_bn_drop, narrowed and without dropout (its masks are random in
+    both systems): img_conv_group with batch norm, fc -> batch_norm -> fc -> fc; fluidjax and
+    Paddle train the same program bytes from the same parameters on the same batches."""
+    import paddle
+
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        images = fluid.layers.data(name="pixel", shape=[3, 16, 16], dtype="float32")
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        net = images
+        for filters, groups in ((8, 2), (16, 2)):
+            net = fluid.nets.img_conv_group(input=net, pool_size=2, pool_stride=2, conv_num_filter=[filters] * groups,
+                                            conv_filter_size=3, conv_act="relu", conv_with_batchnorm=True,
+                                            conv_batchnorm_drop_rate=[0.0] * groups, pool_type="max")
+        fc1 = fluid.layers.fc(input=net, size=16, act=None)
+        bn = fluid.layers.batch_norm(input=fc1, act="relu")
+        fc2 = fluid.layers.fc(input=bn, size=16, act=None)
+        predict = fluid.layers.fc(input=fc2, size=10, act="softmax")
+        loss = fluid.layers.mean(fluid.layers.cross_entropy(input=predict, label=label))
+    forward = main.serialize()
+    with fluid.program_guard(main, startup):
+        fluid.optimizer.Adam(learning_rate=0.01).minimize(loss)
+    templates = RNG.uniform(0, 1, (10, 3, 16, 16)).astype("float32")
+    batches = []
+    for _ in range(6):
+        ys = RNG.integers(0, 10, (16, 1))
+        batches.append({"pixel": np.clip(templates[ys[:, 0]] + RNG.normal(0, 0.2, (16, 3, 16, 16)), 0, 1)
+                        .astype("float32"), "label": ys.astype("int64")})
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    params = _params(scope, main)
+    with jax.default_matmul_precision("float32"):
+        ours = [float(exe.run(main, feed=b, fetch_list=[loss], scope=scope)[0]) for b in batches]
+    pd_main, pd_startup = po.parse(forward), paddle.static.Program()
+    with paddle.static.program_guard(pd_main, pd_startup):
+        paddle.optimizer.Adam(learning_rate=0.01).minimize(pd_main.global_block().var(loss.name))
+    pd_scope, place = paddle.static.Scope(), paddle.CPUPlace()
+    with paddle.static.scope_guard(pd_scope):
+        paddle.static.Executor(place).run(pd_startup)
+        for name, value in params.items():
+            pd_scope.var(name).get_tensor().set(np.ascontiguousarray(value), place)
+    theirs = [float(po.run(pd_main, b, [loss.name], scope=pd_scope)[0]) for b in batches]
+    np.testing.assert_allclose(ours, theirs, rtol=2e-3)
+    assert ours[-1] < ours[0]
