@@ -166,7 +166,6 @@ class Executor:
         weakref.finalize(self, _forget_plans, self._token, self._programs)
         self.trace_count = 0  # how many times a step function was traced (tests check caching)
 
-
     # -- public ---------------------------------------------------------------------------------
     def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
             fetch_list: Sequence[Variable | str] | None = None, scope: Scope | None = None,
@@ -519,8 +518,12 @@ class Executor:
         program = default_main_program() if program is None else program
         scope = global_scope() if scope is None else scope
         if feed is None:
-            feed = {}
+            # A non-iterable DataLoader / PyReader started on this program feeds it (Fluid 1.x).
+            source = getattr(program, "_fluidjax_feed_source", None)
+            feed = source() if source is not None else {}
         elif feed.__class__ is not dict:
+            if isinstance(feed, (list, tuple)) and len(feed) == 1 and isinstance(feed[0], Mapping):
+                feed = feed[0]  # Fluid 1.x: one feed dict per place, and this run has one place
             if not isinstance(feed, Mapping):
                 raise FeedError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
             feed = dict(feed)
