@@ -300,8 +300,8 @@ def test_a_per_variable_checkpoint_killed_while_saving_loads_whole(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,n_vars,rounds", [("per-file", 2000, 21), ("combined", 2000, 9),
-                                                ("inference", 200, 9)])
+@pytest.mark.parametrize("kind,n_vars,rounds", [("per-file", 2000, 8), ("combined", 2000, 4),
+                                                ("inference", 200, 4)])
 def test_checkpoints_killed_at_random_moments_load_whole(tmp_path, kind, n_vars, rounds):
     outcomes = _kill_rounds(tmp_path, kind, n_vars, rounds, seed=1)
     print(kind, n_vars, "variables,", rounds, "kills: the load gave", outcomes)
