@@ -74,6 +74,8 @@ _NOT_OFFERED = {
     "DistributeTranspiler": "the parameter-server transpiler", "DistributeTranspilerConfig":
     "the parameter-server transpiler", "XPUPlace": "Baidu XPU devices", "NPUPlace": "Ascend NPU devices",
     "load_op_library": "custom C++ operators",
+    "ParallelExecutor": "ParallelExecutor (use fluid.CompiledProgram(program).with_data_parallel(loss_name=...) "
+                        "with fluid.Executor)",
 }
 
 
