@@ -228,7 +228,10 @@ class Executor:
                 raise failed
             if return_numpy:
                 return [fetched_array(to_host(v)[0] if v.__class__ is LoDValue else v) for v in fetches]
-            return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue else LoDTensor(v) for v in fetches]
+            # A variable the program declares without LoD keeps none (a LoD value there holds counted rows).
+            return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue and _declares_lod(program, name)
+                    else LoDTensor(to_host(v)[0] if v.__class__ is LoDValue else v)
+                    for v, name in zip(fetches, plan.fetch_names)]
         except BaseException as exc:
             # Anything raised once the state is committed (a deferred Ctrl-C, a failing fetch
             # conversion) says so: the run happened, only its fetches are lost. Unless the step
@@ -1001,6 +1004,13 @@ def _keep_old_unless(ok, new, old):
             or getattr(old, "dtype", None) != getattr(new, "dtype", None):
         return new
     return jnp.where(ok, new, old)
+
+
+def _declares_lod(program, name: str) -> bool:
+    """Whether ``program`` (or a CompiledProgram's) declares variable ``name`` with LoD."""
+    program = program if isinstance(program, Program) else getattr(program, "program", None)
+    var = program.global_block().find_var(name) if program is not None else None
+    return var is None or var.lod_level > 0
 
 
 def _lod_tensor(data: np.ndarray, lod) -> LoDTensor:

@@ -354,6 +354,21 @@ def test_sum_and_fc_of_a_sequence_and_a_dense_value_match_paddle():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_a_plain_result_of_sequence_rows_is_fetched_without_lod():
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        seq = fluid.layers.data("seq", shape=[3], lod_level=1)
+        dense = fluid.layers.data("dense", shape=[3])
+        plain = fluid.layers.sums([dense, seq])               # declared as dense's: no LoD
+        keeps = fluid.layers.sums([seq, dense])
+    exe = fluid.Executor(fluid.CPUPlace())
+    out, kept = exe.run(main, feed={"seq": _lod(np.ones((5, 3), "float32"), [2, 3]),
+                                    "dense": np.ones((5, 3), "float32")}, fetch_list=[plain, keeps],
+                        return_numpy=False)
+    assert out.lod() == [] and np.array(out).shape == (5, 3)
+    assert kept.lod() == [[0, 2, 5]]
+
+
 def test_gru_unit_shares_no_lod_and_its_state_expands_by_ids():
     main, startup = _programs()
     with fluid.program_guard(main, startup):
