@@ -36,12 +36,13 @@ from .control_flow_layers import cond, increment
 from .framework import program_guard
 from .initializer import Constant
 from .lr_decay_layers import create_global_var
+from .minimize import Minimizes
 from .recompute import apply_gradients_of
 
 __all__ = ["GradientMergeOptimizer"]
 
 
-class GradientMergeOptimizer:
+class GradientMergeOptimizer(Minimizes):
     """Wraps ``inner_optimizer``: gradients accumulate for ``k_steps`` runs, then one update.
 
     ``avg=True`` divides the sum by ``k_steps`` (the mean over the ``k`` runs, which for a mean
@@ -84,15 +85,6 @@ class GradientMergeOptimizer:
 
     def apply_optimize(self, loss: Variable, startup_program: Program | None, params_grads) -> list:
         return self.apply_gradients(params_grads, startup_program)
-
-    def minimize(self, loss: Variable, startup_program: Program | None = None, parameter_list=None,
-                 no_grad_set=None, *, parameters=None) -> tuple[list, list]:
-        """The backward pass, the accumulation and the conditional update; returns
-        ``(optimize_ops, params_grads)`` (the inner optimizer's ops, inside the sub-block)."""
-        params = parameters if parameters is not None else parameter_list
-        params_grads = self.backward(loss, startup_program, params, no_grad_set)
-        ops = self.apply_optimize(loss, startup_program, params_grads)
-        return ops, params_grads
 
     # -- the ops ----------------------------------------------------------------------------------
     def apply_gradients(self, params_grads, startup_program: Program | None = None) -> list:

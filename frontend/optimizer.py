@@ -53,6 +53,7 @@ from . import lr
 from .framework import program_guard
 from .initializer import Constant
 from .lr import LRScheduler
+from .minimize import Minimizes
 from .regularizer import L2Decay, WeightDecayRegularizer, append_regularization
 
 __all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamW", "Adagrad", "RMSProp", "Adamax", "Lamb", "lr",
@@ -69,7 +70,7 @@ ParamsGrads = list[tuple[Parameter, Variable]]
 _LR_DTYPE = "float32"
 
 
-class Optimizer:
+class Optimizer(Minimizes):
     """Base class of the optimizers; subclasses define their accumulators and their op.
 
     ``learning_rate`` is a float, a :class:`~fluidjax.frontend.lr.LRScheduler` or a Variable of
@@ -256,20 +257,6 @@ class Optimizer:
     def apply_optimize(self, loss: Variable, startup_program: Program | None, params_grads: ParamsGrads) -> list:
         """Paddle's name for :meth:`apply_gradients` called by :meth:`minimize`."""
         return self.apply_gradients(params_grads, startup_program)
-
-    def minimize(self, loss: Variable, startup_program: Program | None = None, parameter_list=None,
-                 no_grad_set=None, *, parameters=None) -> tuple[list, ParamsGrads]:
-        """Append the backward pass and the optimizer ops of ``loss`` to its program.
-
-        Returns ``(optimize_ops, params_grads)``. ``startup_program`` (default: the default
-        startup program) receives the fill ops of the accumulators and the learning rate.
-        """
-        if not isinstance(loss, Variable):
-            raise TypeError(f"minimize needs the loss Variable, got {loss!r}")
-        params = parameters if parameters is not None else parameter_list
-        params_grads = self.backward(loss, startup_program, params, no_grad_set)
-        ops = self.apply_optimize(loss, startup_program, params_grads)
-        return ops, params_grads
 
     def _regularize(self, param: Parameter, grad: Variable) -> Variable:
         with _clip.optimize_guard(grad.block, param, grad):

@@ -43,13 +43,14 @@ from ..ir.errors import NotOfferedError
 from ..ir.names import OP_ROLE_BACKWARD, OP_ROLE_OPTIMIZE, RECOMPUTE_SEGMENT_ATTR
 from ..ir.program import Block, Operator, Program
 from ..ir.variable import Variable
+from .minimize import Minimizes
 
 __all__ = ["RecomputeOptimizer", "recompute_segments", "apply_gradients_of"]
 
 _BLOCK_ATTR_TYPES = frozenset({registry.ATTR_TYPES["block"], registry.ATTR_TYPES["blocks"]})
 
 
-class RecomputeOptimizer:
+class RecomputeOptimizer(Minimizes):
     """Wraps an optimizer: its backward pass recomputes the forward between checkpoints.
 
     ``_set_checkpoints([vars])`` (Variables of the forward pass, or their names) must be called
@@ -121,16 +122,6 @@ class RecomputeOptimizer:
 
     def apply_optimize(self, loss: Variable, startup_program: Program | None, params_grads) -> list:
         return self._optimizer.apply_optimize(loss, startup_program, params_grads)
-
-    def minimize(self, loss: Variable, startup_program: Program | None = None, parameter_list=None,
-                 no_grad_set=None, *, parameters=None) -> tuple[list, list]:
-        """``backward`` (with recomputation), then the inner optimizer's update ops."""
-        if not isinstance(loss, Variable):
-            raise TypeError(f"minimize needs the loss Variable, got {loss!r}")
-        params = parameters if parameters is not None else parameter_list
-        params_grads = self.backward(loss, startup_program, params, no_grad_set)
-        ops = self.apply_optimize(loss, startup_program, params_grads)
-        return ops, params_grads
 
     def __repr__(self) -> str:
         return f"RecomputeOptimizer({self._optimizer!r}, checkpoints={self._checkpoints!r})"
