@@ -68,3 +68,18 @@ def check_program(program: Program, source: str = "the program") -> None:
             raise OpVersionError(
                 f"{source} was saved with op {name!r} at version {version}; fluidjax implements versions "
                 f"0..{supported} of {name!r} (Paddle 2.6.2's), so it cannot promise the saved semantics")
+
+
+def ops_needed(ops, targets, feeds, outputs_of, inputs_of) -> tuple[list, set[str]]:
+    """The ops of ``ops`` (in order) that compute ``targets`` given ``feeds``, found walking back
+    from the targets, and every name they need; feed and fetch ops are skipped. ``outputs_of`` /
+    ``inputs_of`` give an op's names (IR ops and ProgramDesc ops alike)."""
+    needed, feeds, kept = set(targets), set(feeds), []
+    for op in reversed(list(ops)):
+        if op.type in FEED_FETCH_OPS:
+            continue
+        if (outputs_of(op) & needed) - feeds:
+            kept.append(op)
+            needed |= inputs_of(op)
+    kept.reverse()
+    return kept, needed

@@ -26,7 +26,7 @@ from ...lowering.context import make_key
 from ...lowering.lod_tensor import LoDTensor
 from ...lowering.lower import run_ops
 from ...lowering.scope import Scope, global_scope, state_lock
-from .checks import FEED_FETCH_OPS, check_program, names_of
+from .checks import check_program, names_of, ops_needed
 
 
 
@@ -35,15 +35,8 @@ def inference_ops(program: Program, feed_names: Sequence[str], fetch_names: Sequ
     variables they read (the parameters to embed)."""
     block = program.global_block()
     feeds = set(feed_names)
-    needed = set(fetch_names)
-    kept = []
-    for op in reversed(block.ops):
-        if op.type in FEED_FETCH_OPS:
-            continue
-        if (set(op.output_arg_names) & needed) - feeds:
-            kept.append(op)
-            needed.update(op.input_arg_names)
-    kept.reverse()
+    kept, _ = ops_needed(block.ops, fetch_names, feeds, lambda op: set(op.output_arg_names),
+                         lambda op: set(op.input_arg_names))
     produced = set(feeds)
     params = []
     for op in kept:

@@ -40,7 +40,7 @@ from ...lowering.scope import Scope, global_scope, state_lock
 from ...proto import framework_pb2 as pb
 from ..passes import optimize_inference
 from .atomic import AtomicFiles, ManifestCheck, read_verified
-from .checks import FEED_FETCH_OPS, SUPPORTED_OP_VERSIONS, check_program, names_of
+from .checks import SUPPORTED_OP_VERSIONS, check_program, names_of, ops_needed
 from .export import export_program
 from .tensor_stream import TensorReader, describe_foreign, refuse_pickle, write_tensor
 
@@ -340,17 +340,9 @@ def inference_program_desc(program: Program, feed_names: Sequence[str], fetch_na
     root = desc.blocks[0]
     feeds = set(feed_names)
 
-    needed = set(targets)
-    kept = []
-    for op in reversed(root.ops):
-        if op.type in FEED_FETCH_OPS:
-            continue
-        outs = {n for v in op.outputs for n in v.arguments}
-        if (outs & needed) - feeds:
-            kept.append(op)
-            needed.update(n for v in op.inputs for n in v.arguments)
-            needed |= _referenced_in_blocks(desc, _sub_blocks(op), set())
-    kept.reverse()
+    kept, needed = ops_needed(
+        root.ops, targets, feeds, lambda op: {n for v in op.outputs for n in v.arguments},
+        lambda op: {n for v in op.inputs for n in v.arguments} | _referenced_in_blocks(desc, _sub_blocks(op), set()))
     produced = {n for op in kept for v in op.outputs for n in v.arguments}
     declared = {v.name: v for v in root.vars}
     for i, name in enumerate(feed_names):
