@@ -42,7 +42,7 @@ from ..ir import registry, unique_name
 from ..ir.errors import NotOfferedError
 from ..ir.names import OP_ROLE_BACKWARD, OP_ROLE_OPTIMIZE, RECOMPUTE_SEGMENT_ATTR
 from ..ir.program import Block, Operator, Program
-from ..ir.variable import Variable
+from ..ir.variable import Variable, names_of
 from .minimize import Minimizes
 
 __all__ = ["RecomputeOptimizer", "recompute_segments", "apply_gradients_of"]
@@ -76,15 +76,7 @@ class RecomputeOptimizer(Minimizes):
         """The variables kept in memory; the forward between two of them is recomputed."""
         if isinstance(checkpoints, (Variable, str)) or not isinstance(checkpoints, (list, tuple)):
             raise TypeError(f"_set_checkpoints needs a list of Variables (or names), got {checkpoints!r}")
-        names = []
-        for item in checkpoints:
-            if isinstance(item, Variable):
-                names.append(item.name)
-            elif isinstance(item, str):
-                names.append(item)
-            else:
-                raise TypeError(f"a checkpoint must be a Variable or its name, got {item!r}")
-        self._checkpoints = names
+        self._checkpoints = names_of(checkpoints, "_set_checkpoints' checkpoints")
 
     def _get_checkpoints(self) -> list[str]:
         return list(self._checkpoints or [])

@@ -180,3 +180,18 @@ class Parameter(Variable):
         self.regularizer = regularizer
         self.optimize_attr = {"learning_rate": learning_rate}
         self.need_clip = need_clip
+
+
+def names_of(items, what: str) -> list[str]:
+    """Names of ``items`` (a Variable, a name, or a list of them); ``what`` names the argument in errors."""
+    if isinstance(items, (Variable, str)):
+        items = [items]
+    names = []
+    for item in items:
+        if isinstance(item, Variable):
+            names.append(item.name)
+        elif isinstance(item, str):
+            names.append(item)
+        else:
+            raise TypeError(f"{what} must be Variables or variable names, got {item!r}")
+    return names

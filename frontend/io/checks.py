@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...ir import registry
 from ...ir.errors import OpVersionError, UnregisteredOpError
 from ...ir.program import Program
-from ...ir.variable import Variable
+X
 
 # The op versions Paddle 2.6.2 registers (REGISTER_OP_VERSION; the op_version_map it writes into
 # every saved program). An op not listed is at version 0. fluidjax's op rules follow Paddle
@@ -32,21 +32,6 @@ SUPPORTED_OP_VERSIONS: dict[str, int] = {
 
 # Ops that move data between the caller and the program: the Executor feeds and fetches by name.
 FEED_FETCH_OPS = frozenset({"feed", "fetch"})
-
-def names_of(items, what: str) -> list[str]:
-    """Names of ``items`` (a Variable, a name, or a list of them); ``what`` names the argument in errors."""
-    if isinstance(items, (Variable, str)):
-        items = [items]
-    names = []
-    for item in items:
-        if isinstance(item, Variable):
-            names.append(item.name)
-        elif isinstance(item, str):
-            names.append(item)
-        else:
-            raise TypeError(f"{what} must be Variables or variable names, got {item!r}")
-    return names
-
 
 def check_program(program: Program, source: str = "the program") -> None:
     """Refuse a program fluidjax cannot run faithfully, before anything runs: every op type it
