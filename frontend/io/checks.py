@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...ir import registry
 from ...ir.errors import OpVersionError, UnregisteredOpError
 from ...ir.program import Program
-X
+from ...ir.variable import names_of  # noqa: F401  (the save/load functions use it from here)
 
 # The op versions Paddle 2.6.2 registers (REGISTER_OP_VERSION; the op_version_map it writes into
 # every saved program). An op not listed is at version 0. fluidjax's op rules follow Paddle
