@@ -204,6 +204,22 @@ def _named(attr: ParamAttr | None, suffix: str) -> ParamAttr | None:
     return attr
 
 
+def _basic_unit_setup(cell, kind: str, hidden_size, param_attr, bias_attr, gate_activation, activation, dtype,
+                      name) -> None:
+    """What Fluid's GRUCell and LSTMCell take alike: the size, the attrs, the activations (sigmoid
+    gates and a tanh by default), the dtype and the name; the weights are made on first use."""
+    if not isinstance(hidden_size, int) or isinstance(hidden_size, bool) or hidden_size <= 0:
+        raise ValueError(f"{kind}: hidden_size must be a positive int, got {hidden_size!r}")
+    cell.hidden_size = hidden_size
+    cell._param_attr = ParamAttr.to_attr(param_attr)
+    cell._bias_attr = ParamAttr.to_attr(bias_attr)
+    cell._gate_activation = gate_activation or sigmoid
+    cell._activation = activation or tanh
+    cell._dtype = dtypes.normalize(dtype)
+    cell._name = name
+    cell._weights = None
+
+
 class GRUCell(RNNCell):
     """A GRU cell (Fluid's ``layers.GRUCell``, its ``BasicGRUUnit``):
 
@@ -214,17 +230,9 @@ class GRUCell(RNNCell):
 
     def __init__(self, hidden_size: int, param_attr=None, bias_attr=None, gate_activation=None, activation=None,
                  dtype: str = "float32", name: str = "GRUCell") -> None:
-        if not isinstance(hidden_size, int) or isinstance(hidden_size, bool) or hidden_size <= 0:
-            raise ValueError(f"GRUCell: hidden_size must be a positive int, got {hidden_size!r}")
-        self.hidden_size = hidden_size
-        self._param_attr = ParamAttr.to_attr(param_attr)
-        self._bias_attr = ParamAttr.to_attr(bias_attr)
-        self._gate_activation = gate_activation or sigmoid
-        self._activation = activation or tanh
-        self._dtype = dtypes.normalize(dtype)
-        self._name = name
+        _basic_unit_setup(self, "GRUCell", hidden_size, param_attr, bias_attr, gate_activation, activation, dtype,
+                          name)
         self._helper: LayerHelper | None = None
-        self._weights = None
 
     def _build(self, input_size: int) -> None:
         H = self.hidden_size
@@ -274,17 +282,9 @@ class LSTMCell(RNNCell):
 
     def __init__(self, hidden_size: int, param_attr=None, bias_attr=None, gate_activation=None, activation=None,
                  forget_bias: float = 1.0, dtype: str = "float32", name: str = "LSTMCell") -> None:
-        if not isinstance(hidden_size, int) or isinstance(hidden_size, bool) or hidden_size <= 0:
-            raise ValueError(f"LSTMCell: hidden_size must be a positive int, got {hidden_size!r}")
-        self.hidden_size = hidden_size
-        self._param_attr = ParamAttr.to_attr(param_attr)
-        self._bias_attr = ParamAttr.to_attr(bias_attr)
-        self._gate_activation = gate_activation or sigmoid
-        self._activation = activation or tanh
+        _basic_unit_setup(self, "LSTMCell", hidden_size, param_attr, bias_attr, gate_activation, activation, dtype,
+                          name)
         self._forget_bias = float(forget_bias)
-        self._dtype = dtypes.normalize(dtype)
-        self._name = name
-        self._weights = None
 
     def _build(self, input_size: int) -> None:
         H = self.hidden_size
