@@ -35,7 +35,7 @@ from .checks import (HostIndexCheck, StepChecks, bound_error, fed_source, grow_r
                      specs_of)
 from .context import make_key
 from .feeds import check_feed, check_lod_feed
-from .lod_value import LoDValue, to_host
+from .lod_value import LoDValue, bounds_from_feeds, to_host
 from .lod_tensor import LoDTensor
 from .lower import ops_with_sub_blocks, run_ops
 from .parallel import CompiledProgram
@@ -776,11 +776,12 @@ class Executor:
                 run_key = jax.random.fold_in(fixed_key, seed[1])
                 op_keys = lambda i: fixed_key if i in fixed else run_key  # noqa: E731
             checks = StepChecks(check_index, check_nan_inf, host_checked) if plan.has_checks else None
-            if run is None:
-                run_ops(ops, env, checks=checks, op_keys=op_keys)
-            else:                         # (token, bound): the loops poll and count (interrupt.py)
-                with interrupt.tracing(run[0], run[1]):
+            with bounds_from_feeds(env):  # fed sequences' longest lengths, for what runs along them
+                if run is None:
                     run_ops(ops, env, checks=checks, op_keys=op_keys)
+                else:                     # (token, bound): the loops poll and count (interrupt.py)
+                    with interrupt.tracing(run[0], run[1]):
+                        run_ops(ops, env, checks=checks, op_keys=op_keys)
             missing = [n for n in written + fetch_names if n not in env]
             if missing:
                 raise OpRuntimeError(_not_computed(plan, missing[0]))
@@ -921,8 +922,13 @@ def compiled_memory(program: Program, feed: Mapping[str, Any] | None = None, sco
 
 def _mem_key(args: tuple):
     """What a plan's memory need is kept under: the first feed's shape (its batch size, mostly;
-    a run compares it with the last run's, one tuple comparison)."""
-    return args[2][0].shape if args[2] else ()
+    a run compares it with the last run's, one tuple comparison), and its longest sequences
+    when it is a LoD value."""
+    if not args[2]:
+        return ()
+    first = args[2][0]
+    # a fed LoD value's longest sequences size what runs along them: part of the key too
+    return (first.shape, first.offsets.longest) if first.__class__ is LoDValue else first.shape
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -17,6 +17,8 @@ Ops that mix rows (reductions over the row dimension) must be LoD-aware; ``mean`
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Sequence
 
 import jax
@@ -29,6 +31,21 @@ def bucket(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
+class Offsets(tuple):
+    """A fed value's offsets with ``longest``: per level, a bucket of its longest sequence (in
+    entries of the next level; rows for the last), known on the host. Part of the step's
+    signature, so a compiled step may size what runs along a sequence (a DynamicRNN's arrays, its
+    loop's room) by it rather than by the padded row count. Only feeds carry it: the step turns
+    it into a side table (:func:`bounds_from_feeds`) and runs on plain offsets."""
+
+    longest: tuple[int, ...]
+
+    def __new__(cls, items, longest: tuple[int, ...]):
+        self = super().__new__(cls, items)
+        self.longest = tuple(longest)
+        return self
+
+
 @jax.tree_util.register_pytree_node_class
 class LoDValue:
     """Padded rows and per-level offsets (see the module docstring)."""
@@ -37,14 +54,20 @@ class LoDValue:
 
     def __init__(self, data, offsets: Sequence) -> None:
         self.data = data
-        self.offsets = tuple(offsets)
+        self.offsets = offsets if offsets.__class__ is Offsets else tuple(offsets)
 
     def tree_flatten(self):
-        return (self.data, *self.offsets), len(self.offsets)
+        offsets = self.offsets
+        if offsets.__class__ is Offsets:
+            return (self.data, *offsets), (len(offsets), offsets.longest)
+        return (self.data, *offsets), len(offsets)
 
     @classmethod
-    def tree_unflatten(cls, levels, children):
-        return cls(children[0], children[1:1 + levels])
+    def tree_unflatten(cls, aux, children):
+        if aux.__class__ is tuple:
+            levels, longest = aux
+            return cls(children[0], Offsets(children[1:1 + levels], longest))
+        return cls(children[0], children[1:1 + aux])
 
     @property
     def shape(self):
@@ -91,7 +114,43 @@ def from_host(data: np.ndarray, lod: Sequence[Sequence[int]]) -> LoDValue:
             if extra:
                 arr = np.concatenate([arr, np.full(extra, arr[-1], np.int32)])
         offsets.append(arr)
-    return LoDValue(data, offsets)
+    longest = []
+    for level_offsets in lod:
+        arr = np.asarray(level_offsets, np.int64)
+        longest.append(bucket(int((arr[1:] - arr[:-1]).max())) if len(arr) > 1 else 1)
+    return LoDValue(data, Offsets(offsets, longest))
+
+
+# -- the longest sequences of the fed values, while a step is traced ------------------------------------
+_bounds = threading.local()
+
+
+@contextlib.contextmanager
+def bounds_from_feeds(env: dict):
+    """While a step is traced: the fed LoD values of ``env`` on plain offsets, their ``longest``
+    kept in a side table by the identity of each level's offsets array, which every op that keeps
+    its input's LoD passes on as it is (:func:`longest_of`). A value whose offsets an op rebuilt,
+    or one inside a loop body (new tracers), has no entry: its bound is its padded size."""
+    table = {}
+    for name, value in env.items():
+        if value.__class__ is LoDValue and value.offsets.__class__ is Offsets:
+            for arr, n in zip(value.offsets, value.offsets.longest):
+                table[id(arr)] = (arr, n)
+            env[name] = LoDValue(value.data, tuple(value.offsets))
+    before = getattr(_bounds, "table", None)
+    _bounds.table = table
+    try:
+        yield env
+    finally:
+        _bounds.table = before
+
+
+def longest_of(offsets_level) -> int | None:
+    """The bucketed longest sequence of one level's offsets array, when it came from a feed as it
+    is (see :func:`bounds_from_feeds`); else None."""
+    table = getattr(_bounds, "table", None)
+    hit = table.get(id(offsets_level)) if table else None
+    return hit[1] if hit is not None and hit[0] is offsets_level else None
 
 
 def to_host(value: LoDValue) -> tuple[np.ndarray, list[list[int]]]:

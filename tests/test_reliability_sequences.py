@@ -16,6 +16,7 @@ import pytest
 
 import fluidjax as fj
 from fluidjax import layer
+from fluidjax.lowering.lod_value import bucket
 
 
 def _lod_tensor(data, lengths):
@@ -34,14 +35,14 @@ def _state(program, scope):
 
 
 # -- item 1: DynamicRNN over sequences longer than the default array room ----------------------------
-def _running_sum_program():
+def _running_sum_program(width: int = 1):
     main, startup = fj.Program(), fj.Program()
     with fj.program_guard(main, startup):
-        x = layer.data("x", dims=1, lod_level=1)
+        x = layer.data("x", dims=width, lod_level=1)
         drnn = layer.DynamicRNN()
         with drnn.block():
             word = drnn.step_input(x)
-            prev = drnn.memory(shape=[1], value=0.0)
+            prev = drnn.memory(shape=[width], value=0.0)
             total = word + prev
             drnn.update_memory(prev, total)
             drnn.output(total)
@@ -61,6 +62,27 @@ def test_dynamic_rnn_running_sum_over_long_sequences_is_exact(lengths):
     want = np.concatenate([np.arange(1, n + 1) for n in lengths]).reshape(-1, 1)
     np.testing.assert_array_equal(np.asarray(got), want)
     assert got.recursive_sequence_lengths() == [lengths]
+
+
+def test_dynamic_rnn_room_follows_the_longest_sequence_not_the_row_count():
+    """The arrays a DynamicRNN writes have room for its longest fed sequence (a bucket of it,
+    part of the step's signature), not for every padded row: 64 sequences of at most 8 rows used
+    to need arrays of 512 steps. Two batches with the same row bucket and different longest
+    sequences each give exact sums (no step compiled for one is reused for the other)."""
+    main, startup, out = _running_sum_program(width=64)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    short, long_ = [8] * 64, [100] + [4] * 63
+    assert bucket(sum(short)) == bucket(sum(long_)) == 512
+    mem = {}
+    for lengths in (short, long_, short):
+        feed = {"x": _lod_tensor(np.ones((sum(lengths), 64), np.float32), [lengths])}
+        mem[max(lengths)] = fj.compiled_memory(main, feed, scope=scope, fetch_list=[out])["temp_bytes"]
+        got, = exe.run(main, feed=feed, fetch_list=[out], scope=scope, return_numpy=False)
+        want = np.repeat(np.concatenate([np.arange(1, n + 1) for n in lengths])[:, None], 64, axis=1)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    # room for 8 steps against room for 128 (the bucket of 100), over the same 512 padded rows
+    assert mem[8] * 4 < mem[100]
 
 
 # -- item 2: a While writing an array past the default room ------------------------------------------

@@ -27,7 +27,7 @@ from jax import lax
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
-from ..lod_value import LoDValue, bucket
+from ..lod_value import LoDValue, bucket, longest_of
 from ..lower import lod_aware
 from .tensor_array import TensorArray, _pad_axis
 
@@ -37,19 +37,22 @@ LOD_RANK_TABLE = 12      # Paddle's VarType.LOD_RANK_TABLE
 @jax.tree_util.register_pytree_node_class
 class RankTable:
     """``index`` / ``length`` [N] int32 in rank order, ``offsets`` [N + 1] of the ranked level;
-    ``rows`` (static): the padded row count of the ranked tensor."""
+    ``rows`` (static): the padded row count of the ranked tensor; ``longest`` (static): a bound on
+    the longest sequence — a bucket of it when the ranked level came from a feed as it is
+    (``lod_value.longest_of``), else ``rows``."""
 
-    __slots__ = ("index", "length", "offsets", "rows")
+    __slots__ = ("index", "length", "offsets", "rows", "longest")
 
-    def __init__(self, index, length, offsets, rows: int) -> None:
+    def __init__(self, index, length, offsets, rows: int, longest: int | None = None) -> None:
         self.index, self.length, self.offsets, self.rows = index, length, offsets, rows
+        self.longest = rows if longest is None else longest
 
     def tree_flatten(self):
-        return (self.index, self.length, self.offsets), self.rows
+        return (self.index, self.length, self.offsets), (self.rows, self.longest)
 
     @classmethod
-    def tree_unflatten(cls, rows, children):
-        return cls(*children, rows)
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, *aux)
 
     @property
     def size(self) -> int:
@@ -63,7 +66,7 @@ class RankTable:
         raise TypeError("a rank table cannot be fetched; fetch max_sequence_len or the reordered tensor")
 
     def __repr__(self) -> str:
-        return f"RankTable(sequences={self.size}, rows={self.rows})"
+        return f"RankTable(sequences={self.size}, rows={self.rows}, longest<={self.longest})"
 
 
 def _where(ctx) -> str:
@@ -102,10 +105,12 @@ def lod_rank_table(ctx):
     if not isinstance(x, LoDValue) or not 0 <= level < x.lod_level:
         have = x.lod_level if isinstance(x, LoDValue) else 0
         raise OpRuntimeError(f"{_where(ctx)}: cannot rank LoD level {level} of X, which has {have} level(s)")
+    longest = longest_of(x.offsets[level])
     offsets = jnp.asarray(x.offsets[level], jnp.int32)
     lengths = offsets[1:] - offsets[:-1]
     index = jnp.argsort(-lengths, stable=True).astype(jnp.int32)
-    return {"Out": RankTable(index, lengths[index], offsets, int(x.data.shape[0]))}
+    rows = int(x.data.shape[0])
+    return {"Out": RankTable(index, lengths[index], offsets, rows, None if longest is None else min(longest, rows))}
 
 
 def _max_len_shape(ctx: InferShapeContext) -> None:
@@ -146,7 +151,8 @@ def lod_tensor_to_array(ctx):
     x = _one_level(ctx, ctx.input("X"))
     table = _table(ctx)
     data, rows = x.data, x.data.shape[0]
-    steps = max(rows, 1)                       # the longest sequence has at most every row
+    # the longest sequence has at most every row; a fed one's bucket is known (RankTable.longest)
+    steps = max(min(rows, table.longest), 1)
     starts = table.offsets[table.index]        # [N] first row of each ranked sequence
     t = jnp.arange(steps, dtype=jnp.int32)[:, None]
     valid = t < table.length[None, :]          # [T, N]

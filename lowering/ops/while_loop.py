@@ -49,7 +49,7 @@ class _Loop:
         self.consts = {n: v for n, v in given.items() if n not in self.carried}
         # Arrays the body writes keep one capacity through the loop: room made before it starts,
         # for as many iterations as the program or the data bounds the loop by (a DynamicRNN's
-        # longest sequence is at most its input's padded row count), else a default that a run
+        # longest sequence is at most its rank table's bound: RankTable.longest), else a default that a run
         # writing past it grows (checks.grow_rooms: the run is done again with more room).
         writes = [o.output("Out")[0] for o in _ops_within(sub.block) if o.type == "write_to_array"]
         trips = room_of(fwd_op, _bound(fwd_op) or _ranked_trips(fwd_op, ctx.env) or DEFAULT_LOOP_CAPACITY)
@@ -307,8 +307,8 @@ def _counted_trips(fwd_op) -> int | None:
 def _ranked_trips(fwd_op, env) -> int | None:
     """A bound on the trip count of a loop counting to a ``max_sequence_len`` (DynamicRNN's
     ``step < max_seq_len``): the longest sequence of the ranked LoD tensor is at most its padded
-    row count, which the rank table holds statically (it is part of the step's signature, a
-    bucket of the fed rows). None for any other loop."""
+    row count, and for a fed sequence at most a bucket of its longest; the rank table holds the
+    bound statically (part of the step's signature). None for any other loop."""
     try:
         body = fwd_op.block.program.block(_block_idx(fwd_op.attrs.get("sub_block")))
         ops = list(body.ops)
@@ -318,7 +318,8 @@ def _ranked_trips(fwd_op, env) -> int | None:
 
 
 def _rank_rows(fwd_op, name: str, env) -> int | None:
-    """The padded row count of the rank table whose ``max_sequence_len`` last wrote ``name`` before
+    """The bound on the longest sequence (``RankTable.longest``: a bucket of it for a fed sequence,
+    else the padded row count) of the rank table whose ``max_sequence_len`` last wrote ``name`` before
     ``fwd_op`` (in its block), when that table is at hand."""
     block = fwd_op.block
     ops = block.ops[:block.ops.index(fwd_op)] if fwd_op in block.ops else []
@@ -326,8 +327,8 @@ def _rank_rows(fwd_op, name: str, env) -> int | None:
     if writer is None or writer.type != "max_sequence_len":
         return None
     table = env.get(writer.input("RankTable")[0]) if env is not None else None
-    rows = getattr(table, "rows", None)
-    return max(int(rows), 1) if isinstance(rows, int) else None
+    longest = getattr(table, "longest", None)
+    return max(int(longest), 1) if isinstance(longest, int) else None
 
 
 def _trips_until(fwd_op, ops, end: int, cond: str, depth: int, env=None) -> int | None:
