@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .layer_helper import atomic_layer
 
+from .refused_layers import *  # noqa: E402,F401,F403  (first: a family defining a name wins)
 from .data_layers import *  # noqa: E402,F401,F403
 from .math_layers import *  # noqa: E402,F401,F403
 from .nn_layers import *  # noqa: E402,F401,F403

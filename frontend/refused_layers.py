@@ -1,0 +1,95 @@
+"""The names of Fluid 1.8's ``fluid.layers`` that fluidjax does not offer, each with the reason.
+
+Every name of Fluid 1.8's ``paddle.fluid.layers`` exists in ``fluidjax.layers``
+(``tests/fluid18_layers.txt`` lists them; ``tests/test_fluid1_layers_coverage.py`` checks it). The
+names here exist so that a script using one fails with a
+:class:`~fluidjax.ir.errors.NotOfferedError` that says what is missing and why, when the layer is
+called, never with an ``AttributeError``. docs/fluid1.md has the summary.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..ir.errors import NotOfferedError
+
+_SELECTED_ROWS = "SelectedRows values: fluidjax's gradients and tables are dense tensors"
+_READER_OPS = ("Fluid's reader ops inside the program; feed with fluid.io.DataLoader / fluid.io.PyReader "
+               "(Python-side readers) or Executor.run(feed=...)")
+_DETECTION = ("a detection op fluidjax does not implement (the detection ops offered are prior_box, box_coder, "
+              "yolo_box, multiclass_nms, matrix_nms, roi_align, roi_pool, generate_proposals, "
+              "distribute_fpn_proposals)")
+_SAMPLED = "a loss whose op samples classes inside the kernel (CPU-only, data-dependent sampling)"
+_CTR = "a CTR/recommendation op of Paddle's parameter-server stack"
+_NOT_YET = "not implemented in fluidjax yet"
+
+#: name -> why fluidjax does not offer it.
+REFUSED: dict[str, str] = {
+    # tensors that are not dense LoD tensors
+    "merge_selected_rows": _SELECTED_ROWS,
+    "get_tensor_from_selected_rows": _SELECTED_ROWS,
+    # Python and file access inside a compiled step
+    "py_func": "running Python inside a compiled step (its ops are lowered to one XLA computation)",
+    "load": "the `load` op (reading a file inside a program); use fluid.io.load_vars / load_params",
+    "Print": "the `print` op (printing from inside a compiled step); fetch the variable instead",
+    # in-program readers
+    "read_file": _READER_OPS,
+    "double_buffer": _READER_OPS,
+    "py_reader": _READER_OPS,
+    "create_py_reader_by_data": _READER_OPS,
+    # sampling losses and CTR ops
+    "nce": _SAMPLED,
+    "hsigmoid": "hierarchical sigmoid (its custom-tree path tables are CPU-kernel specific)",
+    "sampled_softmax_with_cross_entropy": _SAMPLED,
+    "center_loss": "center_loss (its op updates the centers inside the forward pass)",
+    "teacher_student_sigmoid_loss": _CTR,
+    "continuous_value_model": _CTR,
+    "filter_by_instag": _CTR,
+    "data_norm": _CTR,
+    "hash": "the xxhash-based `hash` op",
+    # detection
+    **{name: _DETECTION for name in (
+        "density_prior_box", "multi_box_head", "bipartite_match", "target_assign", "detection_output",
+        "ssd_loss", "rpn_target_assign", "retinanet_target_assign", "anchor_generator",
+        "roi_perspective_transform", "generate_proposal_labels", "generate_mask_labels", "polygon_box_transform",
+        "yolov3_loss", "box_clip", "locality_aware_nms", "retinanet_detection_output", "box_decoder_and_assign",
+        "collect_fpn_proposals", "psroi_pool", "prroi_pool", "deformable_roi_pooling", "mean_iou",
+        "similarity_focus")},
+    # to do
+    **{name: _NOT_YET for name in (
+        "log1p", "logsumexp", "clamp", "addmm", "addcmul", "bmm", "nonzero", "index_select", "dist", "dot",
+        "t", "cross", "interpolate", "diag_embed", "meshgrid", "conv3d", "pool3d", "adaptive_pool3d",
+        "inplace_abn", "conv3d_transpose", "reduce_all", "reduce_any", "ctc_greedy_decoder", "l2_normalize",
+        "multiplex", "spectral_norm", "smooth_l1", "lrn", "pad_constant_like", "label_smooth", "roi_pool",
+        "roi_align", "dice_loss", "image_resize", "image_resize_short", "resize_trilinear", "scatter_nd_add",
+        "scatter_nd", "random_crop", "selu", "crop", "crop_tensor", "stanh", "brelu", "soft_relu", "pad2d",
+        "unique", "unique_with_counts", "expand_as", "uniform_random_batch_size_like", "sampling_id",
+        "gaussian_random_batch_size_like", "sum", "rank", "size", "clip_by_norm", "mul", "maxout",
+        "space_to_depth", "affine_grid", "affine_channel", "grid_sampler", "log_loss",
+        "add_position_encoding", "bilinear_tensor_product", "shuffle_channel", "temporal_shift",
+        "pixel_shuffle", "fsp_matrix", "deformable_conv", "unfold", "shard_index", "mish", "gather_tree",
+        "randn", "randperm", "allclose", "elementwise_equal", "flip", "roll", "index_sample", "create_tensor",
+        "create_parameter", "tensor_array_to_tensor", "argsort", "reverse", "has_inf", "has_nan", "linspace",
+        "diag", "eye", "kron", "full", "tril", "triu", "trace", "IfElse", "logsigmoid", "atan", "tanh_shrink",
+        "cos", "acos", "asin", "sin", "softshrink", "hard_shrink", "thresholded_relu", "erf", "prior_box",
+        "sigmoid_focal_loss", "generate_proposals", "iou_similarity", "box_coder", "yolo_box",
+        "multiclass_nms", "matrix_nms", "distribute_fpn_proposals", "auc", "Uniform", "Normal", "Categorical",
+        "MultivariateNormalDiag", "sequence_scatter", "bpr_loss", "warpctc", "rank_loss", "margin_rank_loss",
+        "kldiv_loss", "npair_loss", "mse_loss", "SampleEmbeddingHelper", "dynamic_lstmp")},
+}
+
+
+def _refused(name: str, reason: str) -> Callable:
+    def layer(*args, **kwargs):
+        raise NotOfferedError(f"fluid.layers.{name} is not offered by fluidjax: {reason} (docs/fluid1.md)")
+
+    layer.__name__ = layer.__qualname__ = name
+    layer.__doc__ = f"Not offered: {reason}. Calling it raises NotOfferedError."
+    layer.__fluidjax_not_offered__ = reason
+    return layer
+
+
+for _name, _reason in REFUSED.items():
+    globals()[_name] = _refused(_name, _reason)
+
+__all__ = list(REFUSED)
