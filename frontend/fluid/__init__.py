@@ -19,6 +19,7 @@ from ...lowering import lod_tensor
 from .. import (clip, data_feeder, initializer, input_layers, io, layers, nets, optimizer, param_attr,
                 regularizer)
 from .. import amp
+from .. import evaluator, metrics
 from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, reader, transpiler
 from . import contrib, mixed_precision
 
@@ -32,6 +33,8 @@ MODULE_PATHS: dict[str, ModuleType] = {
     "dygraph": dygraph, "transpiler": transpiler,
     # Mixed precision: Paddle 2.x's static.amp as fluidjax.amp, Fluid's as fluid.contrib.mixed_precision.
     "amp": amp, "contrib": contrib,
+    # Fluid 1.8's host-side metrics and its deprecated in-graph evaluators.
+    "metrics": metrics, "evaluator": evaluator,
 }
 
 # Paths below a module that is not a package (``fluidjax.layers.learning_rate_scheduler``):
