@@ -110,10 +110,12 @@ def fluidjax_runner(cfg, recompute=False, merge=1, amp=False):
 
 
 # -- hand-written JAX ---------------------------------------------------------------------------------
-def jax_runner(cfg, params: dict, names: list[str], remat: bool = False):
+def jax_runner(cfg, params: dict, names: list[str], remat: bool = False, bf16: bool = False):
     """The same model and Adam written in JAX, from fluidjax's initial values (``names``: the
     parameters in creation order — embeddings, then per block layer_norm, q, k, v, projection,
-    layer_norm, two fc, each weight then bias; the final layer_norm and fc)."""
+    layer_norm, two fc, each weight then bias; the final layer_norm and fc). ``bf16``: the matrix
+    products (fc and both attention products) take bfloat16 inputs and give float32, as AMP O1's
+    white list does; everything else stays float32."""
     import jax
     import jax.numpy as jnp
 
@@ -136,15 +138,20 @@ def jax_runner(cfg, params: dict, names: list[str], remat: bool = False):
         var = ((x - mu) ** 2).mean(-1, keepdims=True)
         return (x - mu) / jnp.sqrt(var + 1e-5) * p[pair[0]] + p[pair[1]]
 
+    def mm(a, b):
+        if bf16:
+            return jnp.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)).astype(jnp.float32)
+        return a @ b
+
     def fc(p, x, pair):
-        return x @ p[pair[0]] + p[pair[1]]
+        return mm(x, p[pair[0]]) + p[pair[1]]
 
     def block(p, x, mask, spec):
         ln1, qkv, proj, ln2, ff1, ff2 = spec
         a = layer_norm(p, x, ln1)
         q, k, v = (fc(p, a, pair).reshape(-1, t, h, dh).transpose(0, 2, 1, 3) for pair in qkv)
-        s = (q @ k.transpose(0, 1, 3, 2)) * dh ** -0.5 + mask
-        o = (jax.nn.softmax(s, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(-1, t, d)
+        s = mm(q, k.transpose(0, 1, 3, 2)) * dh ** -0.5 + mask
+        o = mm(jax.nn.softmax(s, axis=-1), v).transpose(0, 2, 1, 3).reshape(-1, t, d)
         x = x + fc(p, o, proj)
         m = layer_norm(p, x, ln2)
         return x + fc(p, jax.nn.gelu(fc(p, m, ff1), approximate=False), ff2)
@@ -199,6 +206,16 @@ CONFIGS = {
     "amp_bf16": (False, 1, True),
     "recompute+merge+amp": (True, None, True),
 }
+JAX_CONFIGS = {"jax": {}, "jax_remat": {"remat": True}, "jax_bf16": {"bf16": True}}
+
+
+def model_flops(cfg) -> float:
+    """Matrix-product FLOPs of one training update (forward + backward = 3x forward), the usual
+    model-FLOPs count: per token 2 x (12 d^2 per block + d x vocab) for the weights, and
+    2 x 2 x seq x d per block for the two attention products (the causal half not discounted)."""
+    d, t, layers = cfg.width, cfg.seq, cfg.layers
+    per_token = 2 * (layers * 12 * d * d + d * cfg.vocab) + 2 * 2 * layers * t * d
+    return 3.0 * per_token * cfg.batch * t
 
 
 def main() -> None:
@@ -212,8 +229,10 @@ def main() -> None:
     parser.add_argument("--merge", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--configs", default=",".join(CONFIGS) + ",jax,jax_remat")
+    parser.add_argument("--configs", default=",".join(CONFIGS) + ",jax,jax_remat,jax_bf16")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the device's peak (dense bf16) TFLOP/s: adds model FLOPs utilization (MFU)")
     cfg = parser.parse_args()
     import fluidjax as fj
 
@@ -230,11 +249,11 @@ def main() -> None:
     params = names = None
     for name in wanted:
         start = time.perf_counter()
-        if name in ("jax", "jax_remat"):
+        if name in JAX_CONFIGS:
             if params is None:
                 _, _, params, _ = fluidjax_runner(cfg)
                 names = list(params)
-            step, figs, feeds = jax_runner(cfg, params, names, remat=name == "jax_remat")
+            step, figs, feeds = jax_runner(cfg, params, names, **JAX_CONFIGS[name])
             merge = 1
         else:
             recompute, merge, amp = CONFIGS[name]
@@ -262,20 +281,26 @@ def main() -> None:
                 times[name].append(time.perf_counter() - start)
 
     base = figures.get("base")
+    flops = model_flops(cfg)
+    import jax
+    print(f"\ndevice: {jax.devices()[0].device_kind}; model FLOPs per update {flops / 1e12:.3f} T"
+          + (f"; MFU against a peak of {cfg.peak_tflops:g} TFLOP/s" if cfg.peak_tflops else ""))
     print(f"\n{'configuration':<22} {'temp MiB':>9} {'peak MiB':>9} {'peak/base':>9} "
-          f"{'ms/update (median, min-max)':>30} {'ms/run':>8}")
+          f"{'ms/update (median, min-max)':>30} {'ms/run':>8} {'TFLOP/s':>8} {'MFU':>6}")
     results = {}
     for name in runners:
         f, t = figures[name], times[name]
         med = statistics.median(t) * 1e3
         k = runs_per_update[name]
         rel = f"{f['peak_bytes'] / base['peak_bytes']:.2f}" if base else "-"
-        spread = f"{min(t) * 1e3:.0f}-{max(t) * 1e3:.0f}"
+        spread = f"{min(t) * 1e3:.1f}-{max(t) * 1e3:.1f}"
+        rate = flops / (med / 1e3) / 1e12
+        mfu = f"{rate / cfg.peak_tflops:.1%}" if cfg.peak_tflops else "-"
         print(f"{name:<22} {f['temp_bytes'] / 2**20:>9.1f} {f['peak_bytes'] / 2**20:>9.1f} {rel:>9} "
-              f"{med:>14.0f} ({spread:>13}) {med / k:>8.0f}")
+              f"{med:>14.1f} ({spread:>13}) {med / k:>8.1f} {rate:>8.3g} {mfu:>6}")
         results[name] = {"temp_bytes": f["temp_bytes"], "peak_bytes": f["peak_bytes"], "ms_per_update": med,
                          "ms_min": min(t) * 1e3, "ms_max": max(t) * 1e3, "runs_per_update": k,
-                         "first_loss": losses[name]}
+                         "first_loss": losses[name], "tflops": rate}
     if cfg.json:
         with open(cfg.json, "w") as f:
             json.dump({"config": vars(cfg), "results": results}, f, indent=1)
