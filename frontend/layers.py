@@ -25,6 +25,7 @@ from .rnn_layers import *  # noqa: E402,F401,F403
 from .rnn_cells import *  # noqa: E402,F401,F403
 from .decoding import *  # noqa: E402,F401,F403
 from .lr_decay_layers import *  # noqa: E402,F401,F403
+from .py_reader import *  # noqa: E402,F401,F403
 
 
 def _make_atomic() -> None:
