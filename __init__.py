@@ -46,6 +46,7 @@ from .lowering.parallel import ExecutionStrategy  # noqa: E402
 from .lowering.places import CUDAPinnedPlace, cpu_places, cuda_places, is_compiled_with_cuda  # noqa: E402
 from .lowering.scope import scope_guard  # noqa: E402
 from .frontend import data_feeder, param_attr  # noqa: E402,F401
+from .frontend.fluid.parallel_executor import ParallelExecutor  # noqa: E402  (a CompiledProgram run)
 
 Tensor = LoDTensor  # Fluid 1.x's name for a tensor without LoD
 from .frontend.data_loader import DataLoader, PyReader  # noqa: E402
@@ -74,8 +75,6 @@ _NOT_OFFERED = {
     "DistributeTranspiler": "the parameter-server transpiler", "DistributeTranspilerConfig":
     "the parameter-server transpiler", "XPUPlace": "Baidu XPU devices", "NPUPlace": "Ascend NPU devices",
     "load_op_library": "custom C++ operators",
-    "ParallelExecutor": "ParallelExecutor (use fluid.CompiledProgram(program).with_data_parallel(loss_name=...) "
-                        "with fluid.Executor)",
 }
 
 
@@ -105,5 +104,5 @@ __all__ = [
     "scope_guard", "name_scope", "in_dygraph_mode", "gradients", "NotOfferedError", "ExecutionStrategy",
     "CUDAPinnedPlace", "cpu_places", "cuda_places", "is_compiled_with_cuda", "Tensor", "data_feeder", "DataLoader",
     "PyReader", "EOFException",
-    "param_attr", "embedding", "amp", "contrib",
+    "param_attr", "embedding", "amp", "contrib", "ParallelExecutor", "metrics", "evaluator",
 ]

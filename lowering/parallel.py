@@ -69,9 +69,33 @@ class BuildStrategy:
     >>> bs.sharding = "optimizer"
     """
 
+    class ReduceStrategy:
+        """Fluid's ``BuildStrategy.ReduceStrategy`` (accepted; XLA chooses how gradients are reduced)."""
+        AllReduce = 0
+        Reduce = 1
+
+    class GradientScaleStrategy:
+        """Fluid's ``BuildStrategy.GradientScaleStrategy`` (accepted; the gradients are always the
+        whole batch's loss's, as one device computes them)."""
+        CoeffNumDevice = 0
+        One = 1
+        Customized = 2
+
+    # Fluid 1.x's settings of Paddle's graph passes (fusions, in-place reuse, NCCL layout): accepted
+    # with Fluid's defaults and kept, changing nothing; XLA compiles and fuses the whole step.
+    FLUID_SETTINGS = {"reduce_strategy": 0, "gradient_scale_strategy": 0, "debug_graphviz_path": "",
+                      "enable_sequential_execution": False, "fuse_elewise_add_act_ops": False,
+                      "fuse_bn_act_ops": False, "fuse_relu_depthwise_conv": False, "fuse_broadcast_ops": False,
+                      "fuse_all_optimizer_ops": False, "fuse_all_reduce_ops": False, "enable_auto_fusion": False,
+                      "enable_inplace": False, "memory_optimize": False, "cache_runtime_context": False,
+                      "remove_unnecessary_lock": True, "enable_backward_optimizer_op_deps": True,
+                      "num_trainers": 1, "trainer_id": 0, "nccl_comm_num": 1, "use_hierarchical_allreduce": False,
+                      "hierarchical_allreduce_inter_nranks": 0}
+
     def __init__(self, sharding: str = "none", sync_batch_norm: bool = True) -> None:
         self.sharding = sharding
         self.sync_batch_norm = sync_batch_norm
+        self.__dict__.update(self.FLUID_SETTINGS)
 
     @property
     def sharding(self) -> str:

@@ -179,11 +179,6 @@ def test_cross_entropy_takes_labels_without_the_trailing_one():
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5)
 
 
-def test_parallel_executor_is_refused_with_the_way_to_do_it():
-    with pytest.raises(fluid.NotOfferedError, match="with_data_parallel"):
-        fluid.ParallelExecutor(use_cuda=False, loss_name="loss")
-
-
 # -- fetches and feeds -------------------------------------------------------------------------------------
 def test_fetched_one_element_values_convert_as_numpy_1_did():
     main, startup = _programs()

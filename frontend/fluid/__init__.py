@@ -21,7 +21,7 @@ from .. import (clip, data_feeder, initializer, input_layers, io, layers, nets, 
 from .. import amp
 from .. import evaluator, metrics
 from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, reader, transpiler
-from . import contrib, mixed_precision
+from . import contrib, mixed_precision, parallel_executor
 
 __all__ = ["MODULE_PATHS", "SUBMODULE_PATHS"]
 
@@ -34,7 +34,7 @@ MODULE_PATHS: dict[str, ModuleType] = {
     # Mixed precision: Paddle 2.x's static.amp as fluidjax.amp, Fluid's as fluid.contrib.mixed_precision.
     "amp": amp, "contrib": contrib,
     # Fluid 1.8's host-side metrics and its deprecated in-graph evaluators.
-    "metrics": metrics, "evaluator": evaluator,
+    "metrics": metrics, "evaluator": evaluator, "parallel_executor": parallel_executor,
 }
 
 # Paths below a module that is not a package (``fluidjax.layers.learning_rate_scheduler``):

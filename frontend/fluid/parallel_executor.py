@@ -1,0 +1,109 @@
+"""``fluid.ParallelExecutor``: Fluid 1.x's data-parallel executor, as a
+``CompiledProgram(program).with_data_parallel(loss_name=...)`` run by an :class:`Executor`.
+
+Every fed batch is split over the JAX devices (``jax.devices()``: the GPUs, or the host's
+devices; ``use_cuda`` picks nothing, JAX's default backend is used) and XLA inserts the
+gradient all-reduce; the numbers are those of one device running the whole batch
+(``lowering/parallel.py``). What differs from Fluid 1.x:
+
+- a fetched value is the whole batch's (a mean loss is one value), where Fluid returned each
+  device's value concatenated (a ``[devices]`` loss); ``np.mean`` of either is the same for
+  equal splits;
+- a ``feed`` given as a list of per-device dicts is concatenated along the batch dim and split
+  again evenly: each dict must hold dense arrays of the same batch size;
+- without ``feed``, the program's started ``py_reader`` / non-iterable ``DataLoader`` gives the
+  next batch (the whole batch, split over the devices), or raises ``fluid.core.EOFException``;
+- ``exec_strategy`` and most ``build_strategy`` settings are accepted and change nothing (XLA
+  schedules, fuses and reduces; see ``docs/fluid1.md``); ``num_trainers > 1`` must match a
+  multi-process run started with ``python -m fluidjax.distributed.launch``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from ...ir.errors import FeedError
+from ...ir.program import Program, default_main_program
+from ...lowering.executor import Executor
+from ...lowering.lod_tensor import LoDTensor
+from ...lowering.parallel import BuildStrategy, CompiledProgram, ExecutionStrategy
+from ...lowering.places import CPUPlace
+from ...lowering.scope import Scope, global_scope
+
+__all__ = ["ParallelExecutor"]
+
+
+class ParallelExecutor:
+    """Fluid 1.x's ``ParallelExecutor(use_cuda, loss_name=None, main_program=None,
+    share_vars_from=None, exec_strategy=None, build_strategy=None, num_trainers=1, trainer_id=0,
+    scope=None)``; see the module docstring."""
+
+    def __init__(self, use_cuda: bool, loss_name: str | None = None, main_program: Program | None = None,
+                 share_vars_from: "ParallelExecutor | None" = None, exec_strategy: ExecutionStrategy | None = None,
+                 build_strategy: BuildStrategy | None = None, num_trainers: int = 1, trainer_id: int = 0,
+                 scope: Scope | None = None) -> None:
+        if num_trainers != jax.process_count():
+            raise ValueError(f"ParallelExecutor: num_trainers={num_trainers} but this run has {jax.process_count()} "
+                             "process(es); multi-node training is a multi-process run started with "
+                             "`python -m fluidjax.distributed.launch` (num_trainers is then the process count)")
+        if share_vars_from is not None and not isinstance(share_vars_from, ParallelExecutor):
+            raise TypeError(f"share_vars_from must be a ParallelExecutor, got {type(share_vars_from).__name__}")
+        self._use_cuda = bool(use_cuda)
+        self._program = main_program if main_program is not None else default_main_program()
+        if share_vars_from is not None:
+            scope = share_vars_from._scope
+        self._scope = scope if scope is not None else global_scope()
+        self._exec_strategy = exec_strategy if exec_strategy is not None else ExecutionStrategy()
+        self._build_strategy = build_strategy if build_strategy is not None else BuildStrategy()
+        self._trainer_id = int(trainer_id)
+        self._compiled = CompiledProgram(self._program, self._build_strategy).with_data_parallel(
+            loss_name=loss_name, build_strategy=self._build_strategy, exec_strategy=self._exec_strategy)
+        self._executor = Executor(CPUPlace())
+
+    @property
+    def device_count(self) -> int:
+        """The number of devices each batch is split over."""
+        return self._compiled.mesh.size
+
+    def run(self, fetch_list: Sequence, feed: Any = None, feed_dict: Mapping | None = None,
+            return_numpy: bool = True) -> list:
+        """Run one step on every device and return the fetched values (whole-batch values; see
+        the module docstring). ``feed_dict`` is Fluid's older name for ``feed``."""
+        if feed is None and feed_dict is not None:
+            feed = feed_dict
+        if feed is None:
+            source = getattr(self._program, "_fluidjax_feed_source", None)
+            feed = source() if source is not None else {}
+        elif isinstance(feed, (list, tuple)):
+            feed = _concatenate(feed)
+        return self._executor.run(self._compiled, feed=feed, fetch_list=fetch_list, scope=self._scope,
+                                  return_numpy=return_numpy)
+
+    def drop_local_exe_scopes(self) -> None:
+        """Fluid dropped its per-device temporary scopes; fluidjax keeps none (a no-op)."""
+
+
+def _concatenate(feeds: Sequence[Mapping]) -> dict:
+    """One feed of per-device dicts, concatenated along the batch dim."""
+    if not feeds or not all(isinstance(f, Mapping) for f in feeds):
+        raise FeedError("ParallelExecutor.run: feed must be a dict, or a list with one dict per device")
+    if len(feeds) == 1:
+        return dict(feeds[0])
+    names = list(feeds[0])
+    if any(sorted(f) != sorted(names) for f in feeds):
+        raise FeedError("ParallelExecutor.run: every device's feed dict must name the same variables")
+    out = {}
+    for name in names:
+        values = [f[name] for f in feeds]
+        if any(isinstance(v, LoDTensor) and v.recursive_sequence_lengths() for v in values):
+            raise FeedError(f"ParallelExecutor.run: {name!r} is fed LoD values per device; feed one dict with the "
+                            "whole batch instead (a data-parallel run does not split LoD feeds)")
+        arrays = [np.asarray(v) for v in values]
+        if len({a.shape[:1] for a in arrays}) != 1:
+            raise FeedError(f"ParallelExecutor.run: the per-device feeds of {name!r} have different batch sizes "
+                            f"{[a.shape[0] for a in arrays]}; they are joined and split evenly over the devices")
+        out[name] = np.concatenate(arrays, axis=0)
+    return out
