@@ -209,8 +209,7 @@ class Executor:
                         values = self._host_values(program, plan, args[3])
                     careful = False
                     if plan.memory is not None:      # what the step needs (known per feed shape)
-                        shape = args[2][0].shape if args[2] else ()
-                        if shape != plan.mem_shape or plan.mem_need > plan.quiet_below:
+                        if _mem_key(args) != plan.mem_shape or plan.mem_need > plan.quiet_below:
                             careful = self._check_memory(plan, args)
                     outs = self._call_interruptible(plan, args) if plan.interruptible else None
                     with deferred_signals():
@@ -921,14 +920,12 @@ def compiled_memory(program: Program, feed: Mapping[str, Any] | None = None, sco
 
 
 def _mem_key(args: tuple):
-    """What a plan's memory need is kept under: the first feed's shape (its batch size, mostly;
-    a run compares it with the last run's, one tuple comparison), and its longest sequences
-    when it is a LoD value."""
-    if not args[2]:
-        return ()
-    first = args[2][0]
+    """What a plan's memory need is kept under: every feed's shape (a run compares it with the
+    last run's, one tuple comparison), with its longest sequences when it is a LoD value. Not the
+    first feed's alone: a LoD model's label feed has the batch's sequence count as its shape,
+    while the sequences' rows (fed beside it) may grow a hundredfold."""
     # a fed LoD value's longest sequences size what runs along them: part of the key too
-    return (first.shape, first.offsets.longest) if first.__class__ is LoDValue else first.shape
+    return tuple([(f.shape, f.offsets.longest) if f.__class__ is LoDValue else f.shape for f in args[2]])
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -491,3 +491,41 @@ def test_fluidjax_run_of_a_never_ending_model_exits_130_on_ctrl_c(tmp_path):
             child.kill()
     assert child.returncode == 130, (child.returncode, child.communicate())
     assert time.monotonic() - sent < 5
+
+
+def test_the_memory_check_sees_every_feed_not_only_the_first(monkeypatch):
+    """A LoD model's label feed is ``[sequences, 1]`` for every batch while the sequences' rows may
+    grow a hundredfold: the memory need is kept per shape of every feed (it was kept per shape of
+    the first, the label here, so a batch of long sequences ran on its short batch's need)."""
+    from fluidjax.lowering import memory
+
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 4
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        label = layer.data("label", dims=1, dtype="int64")            # declared (and fed) first
+        words = layer.data("words", dims=1, dtype="int64", lod_level=1)
+        hidden = layer.fc(layer.embedding(words, size=[30, 64]), 256, activation="relu")
+        prob = layer.fc(layer.sequence_pool(hidden, "sum"), 3, activation="softmax")
+        cost = layer.mean(layer.cross_entropy(prob, label))
+        fj.optimizer.SGD(0.01).minimize(cost)
+
+    def batch(length):
+        words = fj.LoDTensor(np.arange(4 * length, dtype=np.int64).reshape(-1, 1) % 30)
+        words.set_recursive_sequence_lengths([[length] * 4])
+        return {"label": np.zeros((4, 1), np.int64), "words": words}
+
+    short, long = batch(4), batch(1024)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    small = fj.compiled_memory(main, short, scope=scope, fetch_list=[cost])["need_bytes"]
+    big = fj.compiled_memory(main, long, scope=scope, fetch_list=[cost])["need_bytes"]
+    assert big > 16 * small, (small, big)
+    monkeypatch.setattr(memory, "free_bytes", lambda device: (4 * small, "a test's figure"))
+    exe.run(main, feed=short, fetch_list=[cost], scope=scope)
+    before = _state(main, scope)
+    with pytest.raises(fj.ResourceExhaustedError, match="needs"):
+        exe.run(main, feed=long, fetch_list=[cost], scope=scope)
+    after = _state(main, scope)
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+    exe.run(main, feed=short, fetch_list=[cost], scope=scope)     # and the short batch still runs
