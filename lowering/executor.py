@@ -169,7 +169,8 @@ class Executor:
     # -- public ---------------------------------------------------------------------------------
     def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
             fetch_list: Sequence[Variable | str] | None = None, scope: Scope | None = None,
-            return_numpy: bool = True) -> list:
+            return_numpy: bool = True, use_program_cache: bool = False, feed_var_name: str = "feed",
+            fetch_var_name: str = "fetch") -> list:
         """Run ``program``'s global block and return the fetched values: NumPy arrays by default,
         :class:`LoDTensor`s (LoD and device array kept) with ``return_numpy=False``, as in Paddle.
         A 0-d result (a mean, a full reduction) also answers ``value[0]``, as Fluid 1.x's shape-[1]
@@ -184,6 +185,9 @@ class Executor:
         that arrives while the step holds the state is delivered right after the state is
         committed; such an exception carries the note ``fluidjax: the run completed ...``.
         Runs on the same scope from several threads take turns; see ``docs/reliability.md``.
+
+        Fluid's ``use_program_cache``, ``feed_var_name`` and ``fetch_var_name`` are accepted and
+        change nothing: plans are always cached per program version, and no feed/fetch ops are added.
         """
         program = default_main_program() if program is None else program
         scope = global_scope() if scope is None else scope
