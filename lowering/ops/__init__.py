@@ -9,5 +9,6 @@ from . import (activation, beam_search, concat_split, conditional, conv, crf, de
                gather_scatter, linalg, lod_array, logic, loss, math, nn, norm, optimizer, pooling, random,
                recurrent, recurrent_lod, reduce, reshaping, resize, rnn, search, sequence, sequence_layout,
                sequence_window, slicing, tensor, tensor_array, unary_math, while_loop)
+from . import ctc  # noqa: F401,E402  (warpctc, ctc_align)
 from . import averaging, optimizer_adaptive  # noqa: F401,E402  (Fluid 1.x's optimizers and ModelAverage)
 from . import loss_scaling  # noqa: F401,E402  (mixed precision: fj.amp's dynamic loss scaling)

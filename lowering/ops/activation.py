@@ -1,6 +1,6 @@
 """Activations: relu and its variants (relu6, leaky_relu, elu, selu, celu, brelu,
 thresholded_relu, rrelu), gelu, sigmoid, tanh, swish/silu/mish, hard_swish, hard_sigmoid,
-softplus, softsign, logsigmoid, the shrinks (softshrink, hard_shrink, tanh_shrink) and maxout.
+softplus, softsign, stanh, soft_relu, logsigmoid, the shrinks (softshrink, hard_shrink, tanh_shrink) and maxout.
 
 Every op here but maxout maps X to an Out of the same shape and dtype. Kinks follow Paddle's
 gradient conventions (written with ``jnp.where`` rather than ``jnp.maximum``/``jnp.clip``, whose
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext, same_as
@@ -218,6 +219,24 @@ def hard_sigmoid(ctx):
 def softplus(ctx):
     """log(1 + exp(beta * X)) / beta, or X where beta * X > threshold."""
     return {"Out": _softplus(ctx.input("X"), ctx)}
+
+
+@op("stanh", inputs="X", outputs="Out", attrs={"scale_a": 0.67, "scale_b": 1.7159}, infer_shape=same_as("X"))
+def stanh(ctx):
+    """scale_b * tanh(scale_a * X), the scaled tanh of LeCun's "Efficient BackProp"."""
+    x = ctx.input("X")
+    return {"Out": _const(ctx, "scale_b", x) * jnp.tanh(_const(ctx, "scale_a", x) * x)}
+
+
+@op("soft_relu", inputs="X", outputs="Out", attrs={"threshold": 40.0}, infer_shape=same_as("X"))
+def soft_relu(ctx):
+    """log(1 + exp(X limited to [-threshold, threshold])). Paddle's gradient, sigmoid of the limited
+    X, is kept below -threshold and is 0 only where the result reaches threshold."""
+    x = ctx.input("X")
+    t = _const(ctx, "threshold", x)
+    z = jnp.where(x > t, t, x + lax.stop_gradient(jnp.maximum(x, -t) - x))
+    out = jnp.log1p(jnp.exp(z))
+    return {"Out": jnp.where(out < t, out, lax.stop_gradient(out))}
 
 
 @op("softsign", inputs="X", outputs="Out", infer_shape=same_as("X"))

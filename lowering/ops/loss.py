@@ -1,5 +1,5 @@
 """Losses and metrics: softmax_with_cross_entropy, cross_entropy2, huber_loss,
-sigmoid_cross_entropy_with_logits, accuracy, and label_smooth (the labels a loss compares
+sigmoid_cross_entropy_with_logits, accuracy, auc (ROC area from bucketed counts), and label_smooth (the labels a loss compares
 with, smoothed)."""
 
 from __future__ import annotations
@@ -205,3 +205,62 @@ def label_smooth(ctx):
     eps = jnp.asarray(ctx.attr("epsilon"), x.dtype)
     other = prior.reshape(-1).astype(x.dtype) if prior is not None else 1.0 / x.shape[-1]
     return {"Out": (1 - eps) * x + eps * other}
+
+
+# -- auc --------------------------------------------------------------------------------------------
+def _auc_shape(ctx: InferShapeContext) -> None:
+    predict, label = ctx.input("Predict"), ctx.input("Label")
+    ctx.check(predict.ndim == 2, f"Predict must be [batch, 1 or 2] probabilities, got {predict.shape}")
+    ctx.check(label.dtype in _INT_LABELS, f"Label must hold int32 or int64 labels, got {label.dtype}")
+    ctx.check(str(ctx.attr("curve")) == "ROC", f"curve must be 'ROC' (Paddle's kernel computes it only), "
+                                               f"got {ctx.attr('curve')!r}")
+    ctx.set_output("AUC", (), "float64", 0)  # 0-d, as Paddle 2.6 (Fluid 1.x: [1])
+    for slot in ("StatPos", "StatNeg"):
+        stat = ctx.input(slot)
+        ctx.set_output(slot + "Out", stat.shape, stat.dtype, 0)
+
+
+def _area_under_roc(pos, neg):
+    """The trapezoid area under the ROC curve of per-bucket counts (highest bucket first)."""
+    pos, neg = pos[::-1].astype(jnp.float64), neg[::-1].astype(jnp.float64)
+    tot_pos, tot_neg = jnp.cumsum(pos), jnp.sum(neg)
+    previous = jnp.concatenate([jnp.zeros(1, jnp.float64), tot_pos[:-1]])
+    area = jnp.sum(neg * (tot_pos + previous) / 2)
+    both = (tot_pos[-1] > 0) & (tot_neg > 0)
+    return jnp.where(both, area / jnp.where(both, tot_pos[-1] * tot_neg, 1.0), area)
+
+
+@op("auc", inputs="Predict Label StatPos StatNeg InsTagWeight?", outputs="AUC StatPosOut StatNegOut",
+    attrs={"curve": "ROC", "num_thresholds": 4095, "slide_steps": 1}, infer_shape=_auc_shape, grad=None)
+def auc(ctx):
+    """The ROC AUC of the positive-class probability (Predict's last column) against Label > 0,
+    from per-bucket counts of positives and negatives (``num_thresholds + 1`` buckets). With
+    ``slide_steps`` = 0 the counts StatPos/StatNeg accumulate over every batch; with k > 0 they hold
+    the last k batches' buckets, their sum, and a step counter (Paddle's layout:
+    ``(k + 1) * buckets + 1`` entries), and the AUC is over those k batches."""
+    predict, label = ctx.input("Predict"), ctx.input("Label").reshape(-1)
+    stat_pos, stat_neg = ctx.input("StatPos"), ctx.input("StatNeg")
+    n, steps = int(ctx.attr("num_thresholds")), int(ctx.attr("slide_steps"))
+    buckets = n + 1
+    bins = (predict[:, -1] * jnp.asarray(n, predict.dtype)).astype(jnp.int32)  # in its dtype, as the kernel
+    batch_pos = jnp.zeros(buckets, jnp.int64).at[bins].add((label > 0).astype(jnp.int64), mode="drop")
+    batch_neg = jnp.zeros(buckets, jnp.int64).at[bins].add((label == 0).astype(jnp.int64), mode="drop")
+    pos, neg = stat_pos.reshape(-1).astype(jnp.int64), stat_neg.reshape(-1).astype(jnp.int64)
+    if steps == 0:
+        pos, neg = pos.at[:buckets].add(batch_pos), neg.at[:buckets].add(batch_neg)
+        area = _area_under_roc(pos[:buckets], neg[:buckets])
+    else:
+        counter = (steps + 1) * buckets
+        begin = (pos[counter] % steps).astype(jnp.int32) * buckets
+        total = steps * buckets
+
+        def slide(stat, batch):
+            window = jax.lax.dynamic_slice(stat, (begin,), (buckets,))
+            summed = stat[total:total + buckets] - window + batch
+            stat = jax.lax.dynamic_update_slice(stat, batch, (begin,))
+            return stat.at[total:total + buckets].set(summed).at[counter].add(1)
+
+        pos, neg = slide(pos, batch_pos), slide(neg, batch_neg)
+        area = _area_under_roc(pos[total:total + buckets], neg[total:total + buckets])
+    return {"AUC": area, "StatPosOut": pos.reshape(stat_pos.shape).astype(stat_pos.dtype),
+            "StatNegOut": neg.reshape(stat_neg.shape).astype(stat_neg.dtype)}
