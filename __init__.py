@@ -47,6 +47,8 @@ from .lowering.places import CUDAPinnedPlace, cpu_places, cuda_places, is_compil
 from .lowering.scope import scope_guard  # noqa: E402
 from .frontend import data_feeder, param_attr  # noqa: E402,F401
 from .frontend.fluid.parallel_executor import ParallelExecutor  # noqa: E402  (a CompiledProgram run)
+from .frontend.memory_optimization import memory_optimize, release_memory  # noqa: E402  (no-ops, as in Fluid 1.6+)
+from .frontend.param_attr import WeightNormParamAttr  # noqa: E402
 
 Tensor = LoDTensor  # Fluid 1.x's name for a tensor without LoD
 from .frontend.data_loader import DataLoader, PyReader  # noqa: E402
@@ -105,4 +107,5 @@ __all__ = [
     "CUDAPinnedPlace", "cpu_places", "cuda_places", "is_compiled_with_cuda", "Tensor", "data_feeder", "DataLoader",
     "PyReader", "EOFException",
     "param_attr", "embedding", "amp", "contrib", "ParallelExecutor", "metrics", "evaluator",
+    "profiler", "memory_optimize", "release_memory", "WeightNormParamAttr",
 ]

@@ -10,7 +10,8 @@ from ..ir.program import default_main_program, default_startup_program
 from ..ir.variable import Parameter, Variable
 from .initializer import Constant, Initializer, Xavier
 from .layer_args import with_fluid_spellings
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
+from .weight_norm import create_weight_normalized
 
 
 _F = TypeVar("_F", bound=Callable)
@@ -63,6 +64,8 @@ class LayerHelper:
         suffix = "b" if is_bias else "w"
         name = attr.name or unique_name.generate(f"{self.name}.{suffix}")
         init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else Xavier())
+        if isinstance(attr, WeightNormParamAttr):     # w = g * v / ||v||, from parameters g and v
+            return create_weight_normalized(self, attr, name, shape, dtype, init)
         param = self.main_program.global_block().create_parameter(
             name, shape, dtype, trainable=attr.trainable, regularizer=attr.regularizer,
             learning_rate=attr.learning_rate, need_clip=attr.need_clip)

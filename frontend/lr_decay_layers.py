@@ -25,7 +25,6 @@ import math
 from typing import Iterator, Sequence
 
 from ..ir import dtypes
-from ..ir.names import OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE
 from ..ir.program import Program, default_main_program, default_startup_program
 from ..ir.variable import Variable
 from .control_flow_layers import Switch
@@ -47,13 +46,8 @@ LR_DECAY_COUNTER = "@LR_DECAY_COUNTER@"
 def lr_schedule_guard(program: Program | None = None, with_optimize: bool = False) -> Iterator[None]:
     """Ops appended to ``program`` (default: the main program) inside get ``op_role`` LRSched
     (Optimize|LRSched with ``with_optimize``), Fluid's ``Program._lr_schedule_guard``."""
-    program = program or default_main_program()
-    previous = program._op_role
-    program._op_role = OP_ROLE_LRSCHED | (OP_ROLE_OPTIMIZE if with_optimize else 0)
-    try:
+    with (program or default_main_program())._lr_schedule_guard(is_with_opt=with_optimize):
         yield
-    finally:
-        program._op_role = previous
 
 
 def create_global_var(shape: Sequence[int], value: float, dtype, persistable: bool = False,

@@ -50,3 +50,28 @@ class ParamAttr:
 
     def __repr__(self) -> str:
         return f"ParamAttr(name={self.name!r}, initializer={self.initializer!r}, trainable={self.trainable})"
+
+
+class WeightNormParamAttr(ParamAttr):
+    """A parameter ``w`` reparameterized by weight normalization (Salimans & Kingma, 2016), Fluid's
+    ``WeightNormParamAttr``: two parameters ``<name>_g`` and ``<name>_v`` are trained, and the
+    layer uses ``w = g * v / ||v||``, the norm taken over every dim but ``dim`` (over all of ``v``
+    when ``dim`` is None). ``g`` has ``v``'s rank with 1 in every dim but ``dim``; the startup
+    program initializes ``v`` with ``initializer`` and ``g`` with ``||v||``, so ``w`` starts as
+    ``initializer`` would have made it. ``do_model_average`` defaults to False, as in Fluid.
+    ``WeightNormParamAttr.params_with_weight_norm`` lists the ``w`` variables made."""
+
+    params_with_weight_norm: list = []
+
+    def __init__(self, dim: int | None = None, name: str | None = None, initializer: Initializer | None = None,
+                 learning_rate: float = 1.0, regularizer: Any = None, trainable: bool = True,
+                 do_model_average: bool = False, *, gradient_clip: Any = None, need_clip: bool = True) -> None:
+        super().__init__(name=name, initializer=initializer, learning_rate=learning_rate, regularizer=regularizer,
+                         trainable=trainable, gradient_clip=gradient_clip, do_model_average=do_model_average,
+                         need_clip=need_clip)
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+            raise TypeError(f"WeightNormParamAttr: dim must be an int or None, got {dim!r}")
+        self.dim = dim
+
+    def __repr__(self) -> str:
+        return f"WeightNormParamAttr(dim={self.dim!r}, name={self.name!r}, initializer={self.initializer!r})"

@@ -8,6 +8,7 @@ of user code that caused it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import html
 import itertools
@@ -476,6 +477,17 @@ class Program:
         self.run_hooks: list = []
 
     _bump = tracking.bump_program
+
+    @contextlib.contextmanager
+    def _lr_schedule_guard(self, is_with_opt: bool = False) -> Iterator[None]:
+        """Ops appended inside get ``op_role`` LRSched (Optimize|LRSched with ``is_with_opt``), as
+        Fluid's optimizers and learning-rate schedules mark theirs."""
+        previous = self._op_role
+        self._op_role = OP_ROLE_LRSCHED | (OP_ROLE_OPTIMIZE if is_with_opt else 0)
+        try:
+            yield
+        finally:
+            self._op_role = previous
 
     def _label(self) -> str:
         """``program #3 (the default main program)``: how error messages name a program."""

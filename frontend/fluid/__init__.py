@@ -19,7 +19,7 @@ from ...lowering import lod_tensor
 from .. import (clip, data_feeder, initializer, input_layers, io, layers, nets, optimizer, param_attr,
                 regularizer)
 from .. import amp
-from .. import evaluator, metrics
+from .. import evaluator, metrics, profiler
 from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, reader, transpiler
 from . import contrib, mixed_precision, parallel_executor
 
@@ -35,6 +35,7 @@ MODULE_PATHS: dict[str, ModuleType] = {
     "amp": amp, "contrib": contrib,
     # Fluid 1.8's host-side metrics and its deprecated in-graph evaluators.
     "metrics": metrics, "evaluator": evaluator, "parallel_executor": parallel_executor,
+    "profiler": profiler,
 }
 
 # Paths below a module that is not a package (``fluidjax.layers.learning_rate_scheduler``):
