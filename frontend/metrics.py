@@ -110,44 +110,48 @@ def _binary_pairs(preds, labels):
     return preds, np.asarray(labels).reshape(len(labels), -1)[:, 0]
 
 
-class Precision(MetricBase):
-    """Binary precision tp / (tp + fp): ``preds`` are probabilities of class 1 (rounded), one per
-    sample; ``labels`` 0 or 1."""
+class _BinaryCounts(MetricBase):
+    """tp / (tp + other): ``preds`` are probabilities of class 1 (rounded with ``np.rint``), one per
+    sample; ``labels`` 0 or 1. ``_other`` names the second count (``fp`` or ``fn``)."""
+
+    _other = ""
 
     def __init__(self, name=None) -> None:
         super().__init__(name)
         self.tp = 0
-        self.fp = 0
+        setattr(self, self._other, 0)
+
+    def _counts(self, preds, labels) -> tuple[int, int]:
+        raise NotImplementedError
 
     def update(self, preds, labels) -> None:
-        preds, labels = _binary_pairs(preds, labels)
+        tp, other = self._counts(*_binary_pairs(preds, labels))
+        self.tp += tp
+        setattr(self, self._other, getattr(self, self._other) + other)
+
+    def eval(self) -> float:
+        total = self.tp + getattr(self, self._other)
+        return float(self.tp) / total if total != 0 else 0.0
+
+
+class Precision(_BinaryCounts):
+    """Binary precision tp / (tp + fp) (see ``_BinaryCounts`` for the inputs)."""
+
+    _other = "fp"
+
+    def _counts(self, preds, labels):
         predicted = preds == 1
-        self.tp += int(np.sum(predicted & (labels == 1)))
-        self.fp += int(np.sum(predicted & (labels != 1)))
-
-    def eval(self) -> float:
-        ap = self.tp + self.fp
-        return float(self.tp) / ap if ap != 0 else 0.0
+        return int(np.sum(predicted & (labels == 1))), int(np.sum(predicted & (labels != 1)))
 
 
-class Recall(MetricBase):
-    """Binary recall tp / (tp + fn): ``preds`` are probabilities of class 1 (rounded), one per
-    sample; ``labels`` 0 or 1."""
+class Recall(_BinaryCounts):
+    """Binary recall tp / (tp + fn) (see ``_BinaryCounts`` for the inputs)."""
 
-    def __init__(self, name=None) -> None:
-        super().__init__(name)
-        self.tp = 0
-        self.fn = 0
+    _other = "fn"
 
-    def update(self, preds, labels) -> None:
-        preds, labels = _binary_pairs(preds, labels)
+    def _counts(self, preds, labels):
         positive = labels == 1
-        self.tp += int(np.sum(positive & (preds == 1)))
-        self.fn += int(np.sum(positive & (preds != 1)))
-
-    def eval(self) -> float:
-        recall = self.tp + self.fn
-        return float(self.tp) / recall if recall != 0 else 0.0
+        return int(np.sum(positive & (preds == 1))), int(np.sum(positive & (preds != 1)))
 
 
 class Accuracy(MetricBase):
