@@ -25,6 +25,9 @@ from .rnn_layers import *  # noqa: E402,F401,F403
 from .rnn_cells import *  # noqa: E402,F401,F403
 from .decoding import *  # noqa: E402,F401,F403
 from .lr_decay_layers import *  # noqa: E402,F401,F403
+from .activation_layers import *  # noqa: E402,F401,F403
+from .tensor_math_layers import *  # noqa: E402,F401,F403
+from .ctc_metric_layers import *  # noqa: E402,F401,F403
 from .py_reader import *  # noqa: E402,F401,F403
 
 
