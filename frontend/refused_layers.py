@@ -14,12 +14,15 @@ from typing import Callable
 from ..ir.errors import NotOfferedError
 
 _SELECTED_ROWS = "SelectedRows values: fluidjax's gradients and tables are dense tensors"
-_DETECTION = ("a detection op fluidjax does not implement (the detection ops offered are prior_box, box_coder, "
-              "yolo_box, multiclass_nms, matrix_nms, roi_align, roi_pool, generate_proposals, "
+_DETECTION = ("a detection op fluidjax does not implement (the detection ops it implements are prior_box, box_coder, "
+              "yolo_box, multiclass_nms3, matrix_nms, roi_align, roi_pool, generate_proposals_v2, "
               "distribute_fpn_proposals)")
 _SAMPLED = "a loss whose op samples classes inside the kernel (CPU-only, data-dependent sampling)"
 _CTR = "a CTR/recommendation op of Paddle's parameter-server stack"
-_NOT_YET = "not implemented in fluidjax yet"
+_WRAPPER_ONLY = ("its op is implemented (a saved program that contains it runs), but this Fluid 1.x layer "
+                 "function is not written")
+_UNWRITTEN = ("not written in fluidjax (no op or composition of ops for it; the Fluid 1.x programs fluidjax is "
+              "tested with do not use it)")
 
 #: name -> why fluidjax does not offer it.
 REFUSED: dict[str, str] = {
@@ -48,21 +51,27 @@ REFUSED: dict[str, str] = {
         "yolov3_loss", "box_clip", "locality_aware_nms", "retinanet_detection_output", "box_decoder_and_assign",
         "collect_fpn_proposals", "psroi_pool", "prroi_pool", "deformable_roi_pooling", "mean_iou",
         "similarity_focus")},
-    # to do
-    **{name: _NOT_YET for name in (
-        "addmm", "nonzero", "cross", "interpolate", "diag_embed", "conv3d", "pool3d", "adaptive_pool3d",
-        "inplace_abn", "conv3d_transpose", "multiplex", "spectral_norm", "smooth_l1", "pad_constant_like", "roi_pool",
-        "roi_align", "dice_loss", "image_resize", "image_resize_short", "resize_trilinear", "scatter_nd_add",
-        "scatter_nd", "random_crop", "uniform_random_batch_size_like", "sampling_id",
-        "gaussian_random_batch_size_like", "space_to_depth", "affine_grid", "grid_sampler", "log_loss",
-        "add_position_encoding", "bilinear_tensor_product", "temporal_shift",
-        "fsp_matrix", "deformable_conv", "shard_index", "randn", "randperm", "create_tensor",
-        "create_parameter", "tensor_array_to_tensor", "linspace",
-        "eye", "full", "trace", "IfElse", "prior_box",
-        "sigmoid_focal_loss", "generate_proposals", "iou_similarity", "box_coder", "yolo_box",
-        "multiclass_nms", "matrix_nms", "distribute_fpn_proposals", "Uniform", "Normal", "Categorical",
-        "MultivariateNormalDiag", "sequence_scatter", "bpr_loss", "rank_loss", "margin_rank_loss",
-        "kldiv_loss", "npair_loss", "mse_loss", "SampleEmbeddingHelper", "dynamic_lstmp")},
+    # the op runs (programs that contain it load and run), the Fluid 1.x layer is not written
+    **{name: _WRAPPER_ONLY for name in (
+        "conv3d", "pool3d", "conv3d_transpose", "roi_pool", "roi_align", "affine_grid", "grid_sampler",
+        "deformable_conv", "prior_box", "box_coder", "yolo_box", "matrix_nms", "distribute_fpn_proposals",
+        "linspace", "interpolate", "image_resize", "tensor_array_to_tensor", "randn", "full", "nonzero")},
+    # neither an op nor a composition of ops written yet
+    **{name: _UNWRITTEN for name in (
+        "cross", "diag_embed", "adaptive_pool3d", "inplace_abn", "multiplex", "spectral_norm", "smooth_l1",
+        "pad_constant_like", "dice_loss", "image_resize_short", "scatter_nd_add", "scatter_nd", "random_crop",
+        "uniform_random_batch_size_like", "sampling_id", "gaussian_random_batch_size_like", "space_to_depth",
+        "log_loss", "add_position_encoding", "bilinear_tensor_product", "temporal_shift", "fsp_matrix",
+        "shard_index", "randperm", "create_tensor", "create_parameter", "eye", "trace", "sigmoid_focal_loss",
+        "iou_similarity", "sequence_scatter", "bpr_loss", "rank_loss", "margin_rank_loss", "kldiv_loss",
+        "npair_loss", "mse_loss", "multiclass_nms", "generate_proposals", "resize_trilinear", "addmm")},
+    "IfElse": "Fluid's IfElse (row-splitting true/false blocks); use layers.cond, layers.case or layers.Switch",
+    **{name: "fluid.layers' probability distributions (sample, entropy, log_prob, kl_divergence) are not written"
+       for name in ("Uniform", "Normal", "Categorical", "MultivariateNormalDiag")},
+    "SampleEmbeddingHelper": ("a decoder helper that samples inside the decoding loop is not written "
+                              "(GreedyEmbeddingHelper and TrainingHelper are offered)"),
+    "dynamic_lstmp": ("the lstmp op (LSTM with a recurrent projection) is not implemented; Paddle 2.6 has no "
+                      "kernel for it either"),
 }
 
 
