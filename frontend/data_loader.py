@@ -29,7 +29,8 @@ Batches are prepared ahead in a background thread into a queue of ``capacity`` b
 ``use_double_buffer`` overlap; an exception of the generator is raised in the consumer).
 Deviations: dense values come as NumPy arrays, not ``LoDTensor`` s (the Executor takes either;
 ``np.array(v)`` works on both); ``use_multiprocess`` uses the thread too; ``places`` only sets how
-many feed dicts an item holds (the Executor places the data).
+many feed dicts an item holds (the Executor places the data). A non-iterable loader's run takes
+a whole group: the places' batches joined (:func:`join_feeds`), none dropped.
 """
 
 from __future__ import annotations
@@ -193,12 +194,39 @@ class GeneratorLoader:
         except StopIteration:
             raise EOFException("DataLoader: the generator has no batch left; call reset() before the next "
                                "start()") from None
-        feed = item[0]
-        return dict(zip(self._names, feed)) if self._return_list else feed
+        feeds = [dict(zip(self._names, f)) if self._return_list else f for f in item]
+        # one batch per place: a run takes the whole group (a data-parallel run splits it again)
+        return feeds[0] if len(feeds) == 1 else join_feeds(feeds, "DataLoader")
 
     @property
     def _program(self):
         return self._feed_list[0].block.program
+
+
+def join_feeds(feeds: Sequence[dict], what: str) -> dict:
+    """Feed dicts (one per place) as one: each variable's values concatenated along the batch
+    dim; LoD values' sequences one after another (their lengths joined level by level)."""
+    names = list(feeds[0])
+    if any(sorted(f) != sorted(names) for f in feeds):
+        raise FeedError(f"{what}: every place's feed dict must name the same variables")
+    out = {}
+    for name in names:
+        values = [f[name] for f in feeds]
+        lods = [v.recursive_sequence_lengths() if isinstance(v, LoDTensor) else [] for v in values]
+        arrays = [np.asarray(v) for v in values]
+        if len({a.shape[1:] for a in arrays}) != 1 or len({len(lod) for lod in lods}) != 1:
+            raise FeedError(f"{what}: the per-place feeds of {name!r} differ in shape or LoD levels "
+                            f"({[a.shape for a in arrays]}); they are joined along the batch dim")
+        data = np.concatenate(arrays, axis=0)
+        if lods[0]:
+            joined = LoDTensor()
+            joined.set(data)
+            joined.set_recursive_sequence_lengths([sum((lod[level] for lod in lods), [])
+                                                   for level in range(len(lods[0]))])
+            out[name] = joined
+        else:
+            out[name] = data
+    return out
 
 
 def _program_of(feed_list):

@@ -168,6 +168,25 @@ def test_non_iterable_loader_feeds_runs_without_a_feed():
     assert got == [_expected_total(range(0, 3)), _expected_total(range(3, 6))]
 
 
+@pytest.mark.parametrize("return_list", [False, True])
+def test_non_iterable_loader_over_several_places_feeds_every_batch(return_list):
+    """Two places: each run takes both places' batches, joined (the LoD field's sequences one
+    after the other); before, the second place's batch of every group was dropped silently."""
+    main, _, feed_list, total = _program()
+    loader = DataLoader.from_generator(feed_list=feed_list, capacity=2, iterable=False, return_list=return_list)
+    loader.set_sample_generator(_samples(13), batch_size=3, places=[fluid.CPUPlace(), fluid.CPUPlace()])
+    exe = fluid.Executor()
+    loader.start()
+    got = []
+    try:
+        while True:
+            got.append(float(exe.run(main, fetch_list=[total])[0]))
+    except EOFException:
+        loader.reset()
+    # 13 samples: four batches of 3 (the 13th dropped), two runs of two batches each
+    assert got == [_expected_total(range(0, 6)), _expected_total(range(6, 12))]
+
+
 def test_py_reader_decorators():
     main, _, feed_list, total = _program()
     exe = fluid.Executor()

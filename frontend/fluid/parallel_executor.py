@@ -32,6 +32,7 @@ from ...lowering.lod_tensor import LoDTensor
 from ...lowering.parallel import BuildStrategy, CompiledProgram, ExecutionStrategy
 from ...lowering.places import CPUPlace
 from ...lowering.scope import Scope, global_scope
+from ..data_loader import join_feeds
 
 __all__ = ["ParallelExecutor"]
 
@@ -92,18 +93,12 @@ def _concatenate(feeds: Sequence[Mapping]) -> dict:
         raise FeedError("ParallelExecutor.run: feed must be a dict, or a list with one dict per device")
     if len(feeds) == 1:
         return dict(feeds[0])
-    names = list(feeds[0])
-    if any(sorted(f) != sorted(names) for f in feeds):
-        raise FeedError("ParallelExecutor.run: every device's feed dict must name the same variables")
-    out = {}
-    for name in names:
-        values = [f[name] for f in feeds]
+    for name in feeds[0]:
+        values = [f.get(name) for f in feeds]
         if any(isinstance(v, LoDTensor) and v.recursive_sequence_lengths() for v in values):
             raise FeedError(f"ParallelExecutor.run: {name!r} is fed LoD values per device; feed one dict with the "
                             "whole batch instead (a data-parallel run does not split LoD feeds)")
-        arrays = [np.asarray(v) for v in values]
-        if len({a.shape[:1] for a in arrays}) != 1:
+        if len({np.shape(v)[:1] for v in values}) != 1:
             raise FeedError(f"ParallelExecutor.run: the per-device feeds of {name!r} have different batch sizes "
-                            f"{[a.shape[0] for a in arrays]}; they are joined and split evenly over the devices")
-        out[name] = np.concatenate(arrays, axis=0)
-    return out
+                            f"{[np.shape(v)[0] for v in values]}; they are joined and split evenly over the devices")
+    return join_feeds(feeds, "ParallelExecutor.run")
