@@ -112,7 +112,8 @@ class Variable:
             f"bool() of Variable {self.name!r} (a Python `if`, `while`, `and`/`or`/`not` on it): a Variable is "
             "symbolic and holds no value while the program is built, so Python cannot branch on it. Branch "
             "inside the program with fluid.layers.cond(pred, true_fn, false_fn) (or layers.Switch / "
-            "layers.IfElse), loop with layers.While; or run the program and branch on the fetched value")
+            "layers.IfElse), loop with layers.While; or run the program with an Executor and branch on the "
+            "fetched value")
 
     def __float__(self):
         _no_value(self, "float()")
