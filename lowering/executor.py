@@ -240,10 +240,20 @@ class Executor:
             # conversion) says so: the run happened, only its fetches are lost. Unless the step
             # itself failed on the device after its dispatch (XLA ran out of memory): then the
             # committed values are failures, and the donated ones are gone.
-            if committed and isinstance(exc, jax.errors.JaxRuntimeError):
+            if not committed:
+                raise
+            try:
+                on_device = isinstance(exc, jax.errors.JaxRuntimeError)
+                if not on_device:
+                    exc.add_note(_COMMITTED_NOTE)
+            except BaseException as again:
+                # A second Ctrl-C handled right after one of these calls (Python runs a signal
+                # handler after any call) is raised instead of the first: it says the same. (The
+                # soak, tests/soak_worker.py, found storms of Ctrl-C escaping here without the note.)
+                again.add_note(_COMMITTED_NOTE)
+                raise
+            if on_device:
                 raise self._failed_on_device(plan, scope, exc) from exc
-            if committed:
-                exc.add_note(_COMMITTED_NOTE)
             raise
 
     def _execute(self, program: Program, scope: Scope, plan: _Plan, args: tuple, careful: bool = False,

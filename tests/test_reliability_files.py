@@ -592,3 +592,70 @@ def test_a_bad_cond_pred_is_a_typed_error_that_is_still_a_type_error():
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "zygote":
     _zygote(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+
+
+# -- Ctrl-C inside a save (found by the soak, tests/soak_worker.py) ----------------------------------
+def _trained(tmp_path):
+    main, startup, cost = _mlp()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed=_batch(), fetch_list=[cost], scope=scope)
+    return main, exe, scope
+
+
+def test_ctrl_c_just_as_a_save_takes_the_directory_lock_does_not_keep_it(tmp_path, monkeypatch):
+    """A Ctrl-C handled right after ``flock`` took the directory's lock left its descriptor open:
+    the lock stayed held until the process ended, and every later save into the directory, from
+    any thread, waited forever (the soak's save thread hung)."""
+    import fcntl
+
+    main, exe, scope = _trained(tmp_path)
+    real_flock = fcntl.flock
+    calls = []
+
+    def flock_then_ctrl_c(fd, op):
+        real_flock(fd, op)
+        if not calls:
+            calls.append(op)
+            raise KeyboardInterrupt("as the lock was taken")
+
+    monkeypatch.setattr(fcntl, "flock", flock_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        fio.save_persistables(exe, str(tmp_path / "ckpt"), main_program=main, scope=scope)
+    done = []
+    saver = threading.Thread(target=lambda: done.append(
+        fio.save_persistables(exe, str(tmp_path / "ckpt"), main_program=main, scope=scope)), daemon=True)
+    saver.start()
+    saver.join(30)
+    assert done, "a save after the interrupted one waits for the directory's lock forever"
+    loaded = fj.Scope()
+    fio.load_persistables(exe, str(tmp_path / "ckpt"), main_program=main, scope=loaded)
+    assert _key(_state(main, loaded)) == _key(_state(main, scope))
+
+
+def test_ctrl_c_just_after_a_temporary_is_registered_leaves_no_stray(tmp_path, monkeypatch):
+    """A Ctrl-C handled just after a new temporary's name was registered as this process's: nobody
+    forgot it, and a live process's temporaries are never removed, so it stayed beside the
+    checkpoint for the life of the process."""
+    from fluidjax.frontend.io import atomic
+
+    main, exe, scope = _trained(tmp_path)
+
+    class InterruptedOnce(set):
+        fired = False
+
+        def add(self, item):
+            super().add(item)
+            if not InterruptedOnce.fired:
+                InterruptedOnce.fired = True
+                raise KeyboardInterrupt("just after the temporary was registered")
+
+    monkeypatch.setattr(atomic, "_active", InterruptedOnce(atomic._active))
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        fio.save_persistables(exe, str(ckpt), main_program=main, scope=scope)
+    assert InterruptedOnce.fired
+    fio.save_persistables(exe, str(ckpt), main_program=main, scope=scope)
+    strays = [f for f in os.listdir(ckpt) if f.endswith(".tmp")]
+    assert not strays, strays
+    assert not atomic._active, atomic._active

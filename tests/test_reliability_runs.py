@@ -529,3 +529,31 @@ def test_the_memory_check_sees_every_feed_not_only_the_first(monkeypatch):
     for name in before:
         np.testing.assert_array_equal(before[name], after[name], err_msg=name)
     exe.run(main, feed=short, fetch_list=[cost], scope=scope)     # and the short batch still runs
+
+
+def test_a_second_ctrl_c_while_the_first_is_annotated_says_the_run_committed(monkeypatch):
+    """A Ctrl-C raised after the commit gets the note; a second one handled right after that
+    annotation (Python runs handlers after any call) replaced it without the note, so a committed
+    run looked as if it never happened (the soak, tests/soak_worker.py, found it under storms)."""
+    from fluidjax.lowering import executor as executor_module
+
+    class FirstCtrlC(KeyboardInterrupt):
+        def add_note(self, note):
+            super().add_note(note)
+            raise KeyboardInterrupt("second")       # as a handler run right after the call
+
+    def fetch_interrupted(value):
+        raise FirstCtrlC("first")
+
+    main, startup, cost = _sgd_mlp()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed=FEED, fetch_list=[cost], scope=scope)
+    before = _state(main, scope)
+    monkeypatch.setattr(executor_module, "fetched_array", fetch_interrupted)
+    with pytest.raises(KeyboardInterrupt) as err:
+        exe.run(main, feed=FEED, fetch_list=[cost], scope=scope)
+    assert str(err.value) == "second" and isinstance(err.value.__context__, FirstCtrlC)
+    assert any(COMMITTED_NOTE in n for n in getattr(err.value, "__notes__", ())), "no note: the run looks undone"
+    after = _state(main, scope)
+    assert any(not np.array_equal(before[n], after[n]) for n in before)       # and it did commit

@@ -84,8 +84,19 @@ def _create_temp(path: str) -> tuple[str, int]:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         except FileExistsError:
             continue
-        with _active_lock:
-            _active.add(tmp)
+        try:
+            with _active_lock:
+                _active.add(tmp)
+        except BaseException:
+            # Ctrl-C just after the name was registered: nobody would forget it, and a live
+            # process's temporaries are never removed (a stray until the process ends).
+            _forget(tmp)
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         return tmp, fd
 
 
@@ -121,6 +132,12 @@ def _lock_dir(folder: str) -> int | None:
     except OSError:
         os.close(fd)
         return None
+    except BaseException:
+        # Ctrl-C while waiting for the lock, or just as it was taken: a descriptor left open here
+        # would hold the lock until the process ends, and every later save into the folder (from
+        # any thread) would wait for it forever.
+        os.close(fd)
+        raise
     return fd
 
 
@@ -406,21 +423,27 @@ class AtomicFiles:
     def abort(self) -> None:
         """Remove the temporaries of a save that did not commit (the targets were never touched);
         a committed save's temporaries are its content until renamed, and stay."""
-        if not self._committed:
-            for item in self._pending:
-                try:
-                    os.unlink(item["tmp"])
-                except OSError:
-                    pass
-        self._finish()
+        try:
+            if not self._committed:
+                for item in self._pending:
+                    try:
+                        os.unlink(item["tmp"])
+                    except OSError:
+                        pass
+        finally:
+            self._finish()
 
     def _finish(self) -> None:
-        for item in self._pending:
-            _forget(item["tmp"])
-        self._pending = []
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
+        # The directory's lock first: a Ctrl-C in what follows must not leave it held. (Nothing
+        # between the two statements lets a signal handler run: the descriptor is closed.)
+        fd = self._lock_fd
+        if fd is not None:
             self._lock_fd = None
+            os.close(fd)
+        tmps = [item["tmp"] for item in self._pending]
+        with _active_lock:                      # one call: a Ctrl-C cannot leave some behind
+            _active.difference_update(tmps)
+        self._pending = []
 
 
 # -- reading --------------------------------------------------------------------------------------
