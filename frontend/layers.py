@@ -28,6 +28,9 @@ from .lr_decay_layers import *  # noqa: E402,F401,F403
 from .activation_layers import *  # noqa: E402,F401,F403
 from .tensor_math_layers import *  # noqa: E402,F401,F403
 from .ctc_metric_layers import *  # noqa: E402,F401,F403
+from .vision_layers import *  # noqa: E402,F401,F403
+from .detection_layers import *  # noqa: E402,F401,F403
+from .creation_layers import *  # noqa: E402,F401,F403
 from .py_reader import *  # noqa: E402,F401,F403
 
 

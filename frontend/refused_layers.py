@@ -19,8 +19,6 @@ _DETECTION = ("a detection op fluidjax does not implement (the detection ops it 
               "distribute_fpn_proposals)")
 _SAMPLED = "a loss whose op samples classes inside the kernel (CPU-only, data-dependent sampling)"
 _CTR = "a CTR/recommendation op of Paddle's parameter-server stack"
-_WRAPPER_ONLY = ("its op is implemented (a saved program that contains it runs), but this Fluid 1.x layer "
-                 "function is not written")
 _UNWRITTEN = ("not written in fluidjax (no op or composition of ops for it; the Fluid 1.x programs fluidjax is "
               "tested with do not use it)")
 
@@ -51,20 +49,15 @@ REFUSED: dict[str, str] = {
         "yolov3_loss", "box_clip", "locality_aware_nms", "retinanet_detection_output", "box_decoder_and_assign",
         "collect_fpn_proposals", "psroi_pool", "prroi_pool", "deformable_roi_pooling", "mean_iou",
         "similarity_focus")},
-    # the op runs (programs that contain it load and run), the Fluid 1.x layer is not written
-    **{name: _WRAPPER_ONLY for name in (
-        "conv3d", "pool3d", "conv3d_transpose", "roi_pool", "roi_align", "affine_grid", "grid_sampler",
-        "deformable_conv", "prior_box", "box_coder", "yolo_box", "matrix_nms", "distribute_fpn_proposals",
-        "linspace", "interpolate", "image_resize", "tensor_array_to_tensor", "randn", "full", "nonzero")},
     # neither an op nor a composition of ops written yet
     **{name: _UNWRITTEN for name in (
-        "cross", "diag_embed", "adaptive_pool3d", "inplace_abn", "multiplex", "spectral_norm", "smooth_l1",
+        "cross", "diag_embed", "inplace_abn", "multiplex", "spectral_norm", "smooth_l1",
         "pad_constant_like", "dice_loss", "image_resize_short", "scatter_nd_add", "scatter_nd", "random_crop",
         "uniform_random_batch_size_like", "sampling_id", "gaussian_random_batch_size_like", "space_to_depth",
         "log_loss", "add_position_encoding", "bilinear_tensor_product", "temporal_shift", "fsp_matrix",
-        "shard_index", "randperm", "create_tensor", "create_parameter", "eye", "trace", "sigmoid_focal_loss",
+        "shard_index", "randperm", "trace", "sigmoid_focal_loss",
         "iou_similarity", "sequence_scatter", "bpr_loss", "rank_loss", "margin_rank_loss", "kldiv_loss",
-        "npair_loss", "mse_loss", "multiclass_nms", "generate_proposals", "resize_trilinear", "addmm")},
+        "npair_loss", "mse_loss", "multiclass_nms", "generate_proposals", "addmm")},
     "IfElse": "Fluid's IfElse (row-splitting true/false blocks); use layers.cond, layers.case or layers.Switch",
     **{name: "fluid.layers' probability distributions (sample, entropy, log_prob, kl_divergence) are not written"
        for name in ("Uniform", "Normal", "Categorical", "MultivariateNormalDiag")},

@@ -1,5 +1,5 @@
 """Creating and converting tensors: constants and fills (fill_constant, assign_value, fill_*_like),
-casts and copies, shapes and sizes, ranges (range, linspace, meshgrid), one-hot, padding."""
+casts and copies, shapes and sizes, ranges (range, linspace, meshgrid), eye, one-hot, padding."""
 
 from __future__ import annotations
 
@@ -251,6 +251,20 @@ def linspace(ctx):
     i = jnp.arange(num, dtype=work)
     out = jnp.where(i < num // 2, start + step * i, stop - step * (num - 1 - i))
     return {"Out": out.astype(dtype)}
+
+
+def _eye_shape(ctx: InferShapeContext) -> None:
+    rows, cols = ctx.attr("num_rows"), ctx.attr("num_columns")
+    ctx.check(rows >= 0, f"num_rows must be >= 0, got {rows}")
+    ctx.set_output("Out", (rows, rows if cols < 0 else cols), dtypes.from_enum(ctx.attr("dtype")), 0)
+
+
+@op("eye", inputs="", outputs="Out", attrs={"num_rows": Attr("long", 0), "num_columns": Attr("long", -1), "dtype": 5},
+    infer_shape=_eye_shape, grad=None)
+def eye(ctx):
+    """A num_rows × num_columns matrix with ones on the diagonal (num_columns -1: square)."""
+    rows, cols = ctx.attr("num_rows"), ctx.attr("num_columns")
+    return {"Out": jnp.eye(rows, rows if cols < 0 else cols, dtype=dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype"))))}
 
 
 def _meshgrid_shape(ctx: InferShapeContext) -> None:
