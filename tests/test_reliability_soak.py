@@ -1,0 +1,36 @@
+"""The reliability soak (issue 21): training, checkpoints, Ctrl-C and memory refusals at once.
+
+``tests/soak_worker.py`` (its docstring says what it does) runs in a process of its own, so that
+its Ctrl-Cs never reach pytest; this test starts it and asserts on the JSON line it prints. See
+"The soak" in ``docs/reliability.md``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.slow
+def test_soak_training_with_checkpoints_ctrl_c_and_memory_refusals(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "soak_worker.py"), str(tmp_path), "--runs", "3000",
+                           "--hang", "400"], capture_output=True, text=True, timeout=600, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("SOAK ")]
+    assert lines, f"the soak printed no result (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    soak = json.loads(lines[-1][5:])
+    print(json.dumps({k: v for k, v in soak.items() if k != "failures"}, indent=1))
+    assert not soak["failures"], "\n\n".join(soak["failures"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = soak["counts"]
+    # Every kind of fault happened, often enough to mean something.
+    assert counts["interrupted after commit"] >= 100, counts
+    assert counts["interrupted before commit"] >= 10, counts
+    assert counts["refused"] + counts["refused (big batch) and interrupted"] >= 100, counts
+    assert counts["main-thread saves interrupted"] >= 5 and counts["main-thread saves"] >= 1, counts
+    assert soak["committed"] >= 1000 and soak["checkpoints"] >= 20, soak
+    assert soak["distinct checkpoint steps"] >= 10, soak
