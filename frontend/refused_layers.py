@@ -36,7 +36,6 @@ REFUSED: dict[str, str] = {
     "hsigmoid": "hierarchical sigmoid (its custom-tree path tables are CPU-kernel specific)",
     "sampled_softmax_with_cross_entropy": _SAMPLED,
     "center_loss": "center_loss (its op updates the centers inside the forward pass)",
-    "teacher_student_sigmoid_loss": _CTR,
     "continuous_value_model": _CTR,
     "filter_by_instag": _CTR,
     "data_norm": _CTR,
@@ -51,13 +50,13 @@ REFUSED: dict[str, str] = {
         "similarity_focus")},
     # neither an op nor a composition of ops written yet
     **{name: _UNWRITTEN for name in (
-        "cross", "diag_embed", "inplace_abn", "multiplex", "spectral_norm", "smooth_l1",
-        "pad_constant_like", "dice_loss", "image_resize_short", "scatter_nd_add", "scatter_nd", "random_crop",
+        "cross", "diag_embed", "inplace_abn", "multiplex", "spectral_norm",
+        "pad_constant_like", "image_resize_short", "scatter_nd_add", "scatter_nd", "random_crop",
         "uniform_random_batch_size_like", "sampling_id", "gaussian_random_batch_size_like", "space_to_depth",
-        "log_loss", "add_position_encoding", "bilinear_tensor_product", "temporal_shift", "fsp_matrix",
-        "shard_index", "randperm", "trace", "sigmoid_focal_loss",
-        "iou_similarity", "sequence_scatter", "bpr_loss", "rank_loss", "margin_rank_loss", "kldiv_loss",
-        "npair_loss", "mse_loss", "multiclass_nms", "generate_proposals", "addmm")},
+        "add_position_encoding", "bilinear_tensor_product", "temporal_shift", "fsp_matrix",
+        "shard_index", "randperm", "trace",
+        "iou_similarity", "sequence_scatter",
+        "multiclass_nms", "generate_proposals", "addmm")},
     "IfElse": "Fluid's IfElse (row-splitting true/false blocks); use layers.cond, layers.case or layers.Switch",
     **{name: "fluid.layers' probability distributions (sample, entropy, log_prob, kl_divergence) are not written"
        for name in ("Uniform", "Normal", "Categorical", "MultivariateNormalDiag")},

@@ -176,3 +176,65 @@ def test_randn_create_tensor_and_refusals_of_the_rest():
     with pytest.raises(ValueError, match="give filter_size or output_size"):
         with fluid.program_guard(fluid.Program(), fluid.Program()):
             L.conv3d_transpose(fluid.data("v", [-1, 3, 4, 6, 6], "float32"), 2)
+
+
+# -- losses (frontend/loss_layers.py) ---------------------------------------------------------------------
+def test_losses_match_paddle():
+    n, c = 6, 4
+
+    def build():
+        x = fluid.data("x", [n, c], "float32")
+        y = fluid.data("y", [n, c], "float32")
+        p = fluid.data("p", [n, 1], "float32")
+        lab = fluid.data("lab", [n, 1], "int64")
+        binary = fluid.data("binary", [n, 1], "float32")
+        probs = L.softmax(x)
+        return [L.mse_loss(x, y), L.kldiv_loss(L.log(probs), L.softmax(y)),
+                L.kldiv_loss(L.log(probs), L.softmax(y), "batchmean"), L.kldiv_loss(x, L.softmax(y), "none"),
+                L.log_loss(L.sigmoid(p), binary), L.rank_loss(binary, p, L.scale(p, 0.5, 0.1)),
+                L.bpr_loss(x, lab), L.teacher_student_sigmoid_loss(p, L.scale(binary, 2.0, -1.0)),
+                L.npair_loss(x, y, lab), L.dice_loss(probs, lab)]
+
+    feed = {"x": RNG.uniform(-1, 1, (n, c)).astype("float32"), "y": RNG.uniform(-1, 1, (n, c)).astype("float32"),
+            "p": RNG.uniform(-2, 2, (n, 1)).astype("float32"), "lab": np.array([[0], [1], [3], [1], [2], [0]]),
+            "binary": np.array([[1], [0], [1], [1], [0], [0]], "float32")}
+    ours, theirs = _run_both(build, feed)
+    _close(ours, theirs, rtol=1e-5, atol=1e-6)
+    x, y = feed["x"].astype(np.float64), feed["y"].astype(np.float64)
+    np.testing.assert_allclose(ours[0], ((x - y) ** 2).mean(), rtol=1e-6)
+    onehot = np.eye(c)[feed["lab"][:, 0]]
+    probs = np.exp(x) / np.exp(x).sum(1, keepdims=True)
+    dice = 1 - 2 * (probs * onehot).sum(1) / (probs.sum(1) + onehot.sum(1) + 1e-5)
+    np.testing.assert_allclose(ours[-1], dice.mean(), rtol=1e-5)
+
+
+def test_losses_paddle_dropped_match_numpy():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        a = fluid.data("a", [5, 3], "float32")
+        b = fluid.data("b", [5, 3], "float32")
+        w = fluid.data("w", [5, 3], "float32")
+        lab = fluid.data("lab", [5, 1], "float32")
+        cls = fluid.data("cls", [5, 1], "int32")
+        fg = fluid.data("fg", [1], "int32")
+        left, right = L.slice(a, [1], [0], [1]), L.slice(b, [1], [0], [1])
+        outs = [L.smooth_l1(a, b), L.smooth_l1(a, b, w, w, sigma=2.0), L.margin_rank_loss(lab, left, right, 0.2),
+                L.sigmoid_focal_loss(a, cls, fg, gamma=2.0, alpha=0.25)]
+    feed = {"a": RNG.uniform(-2, 2, (5, 3)).astype("float32"), "b": RNG.uniform(-1, 1, (5, 3)).astype("float32"),
+            "w": RNG.uniform(0.5, 2, (5, 3)).astype("float32"), "lab": np.array([[1], [-1], [1], [1], [-1]], "float32"),
+            "cls": np.array([[1], [0], [3], [-1], [2]], "int32"), "fg": np.array([2], "int32")}
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed=feed, fetch_list=outs)
+    a, b, w = (feed[k].astype(np.float64) for k in "abw")
+
+    def smooth(d, sigma):
+        s2 = sigma ** 2
+        return np.where(np.abs(d) < 1 / s2, 0.5 * s2 * d * d, np.abs(d) - 0.5 / s2)
+
+    np.testing.assert_allclose(got[0], smooth(a - b, 1.0).sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(got[1], (w * smooth(w * (a - b), 2.0)).sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(got[2], np.maximum(0, -feed["lab"] * (a[:, :1] - b[:, :1]) + 0.2), rtol=1e-5)
+    p = 1 / (1 + np.exp(-a))
+    k = np.arange(1, 4)[None, :]
+    pos, neg = (feed["cls"] == k).astype(float), ((feed["cls"] != k) & (feed["cls"] != -1)).astype(float)
+    focal = (-pos * 0.25 * (1 - p) ** 2 * np.log(p) - neg * 0.75 * p ** 2 * np.log(1 - p)) / 2
+    np.testing.assert_allclose(got[3], focal, rtol=1e-5, atol=1e-7)

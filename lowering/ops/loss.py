@@ -1,4 +1,5 @@
-"""Losses and metrics: softmax_with_cross_entropy, cross_entropy2, huber_loss,
+"""Losses and metrics: softmax_with_cross_entropy, cross_entropy2, huber_loss, Fluid 1.x's kldiv_loss, log_loss,
+teacher_student_sigmoid_loss, rank_loss, margin_rank_loss, bpr_loss, smooth_l1_loss, sigmoid_focal_loss,
 sigmoid_cross_entropy_with_logits, accuracy, auc (ROC area from bucketed counts), and label_smooth (the labels a loss compares
 with, smoothed)."""
 
@@ -264,3 +265,168 @@ def auc(ctx):
         area = _area_under_roc(pos[total:total + buckets], neg[total:total + buckets])
     return {"AUC": area, "StatPosOut": pos.reshape(stat_pos.shape).astype(stat_pos.dtype),
             "StatNegOut": neg.reshape(stat_neg.shape).astype(stat_neg.dtype)}
+
+
+# -- Fluid 1.x's pointwise and ranking losses ---------------------------------------------------------
+def _same_rows_shape(*slots: str, out: str = "Out"):
+    """Out is [N, 1] (or X's shape) for inputs of one shape, the first of ``slots`` giving it."""
+    def rule(ctx: InferShapeContext) -> None:
+        xs = [ctx.input(s) for s in slots]
+        first = xs[0]
+        for name, x in zip(slots[1:], xs[1:]):
+            ctx.check(x.ndim == first.ndim and all(dims_equal(a, b) for a, b in zip(x.shape, first.shape)),
+                      f"{name} {x.shape} must have {slots[0]}'s shape {first.shape}")
+        ctx.set_output(out, first.shape, first.dtype, first.lod_level)
+    return rule
+
+
+def _kldiv_shape(ctx: InferShapeContext) -> None:
+    x, target = ctx.input("X"), ctx.input("Target")
+    reduction = ctx.attr("reduction")
+    ctx.check(reduction in ("none", "batchmean", "mean", "sum"),
+              f"reduction must be 'none', 'batchmean', 'mean' or 'sum', got {reduction!r}")
+    ctx.check(x.ndim == target.ndim, f"X {x.shape} and Target {target.shape} must have one rank")
+    ctx.set_output("Loss", x.shape if reduction == "none" else (), x.dtype, 0)
+
+
+@op("kldiv_loss", inputs="X Target", outputs="Loss", attrs={"reduction": "mean"},
+    infer_shape=_kldiv_shape, no_grad_inputs=["Target"])
+def kldiv_loss(ctx):
+    """Kullback-Leibler divergence of Target from the log-probabilities X: Target·(log Target - X)
+    where Target > 0 (0 elsewhere), reduced by ``reduction`` ('batchmean' divides the sum by X's
+    first dim)."""
+    x, target = ctx.input("X"), ctx.input("Target")
+    safe = jnp.where(target > 0, target, 1)
+    loss = jnp.where(target > 0, target * (jnp.log(safe) - x), 0).astype(x.dtype)
+    reduction = ctx.attr("reduction")
+    if reduction == "mean":
+        loss = jnp.mean(loss)
+    elif reduction == "sum":
+        loss = jnp.sum(loss)
+    elif reduction == "batchmean":
+        loss = jnp.sum(loss) / x.shape[0] if x.ndim else jnp.sum(loss)
+    return {"Loss": loss}
+
+
+@op("log_loss", inputs="Predicted Labels", outputs="Loss", attrs={"epsilon": 1e-4},
+    infer_shape=_same_rows_shape("Predicted", "Labels", out="Loss"), no_grad_inputs=["Labels"])
+def log_loss(ctx):
+    """Binary log loss of probabilities: -Labels·log(P + ε) - (1 - Labels)·log(1 - P + ε)."""
+    p, y = ctx.input("Predicted"), ctx.input("Labels")
+    eps = jnp.asarray(ctx.attr("epsilon"), p.dtype)
+    return {"Loss": -y * jnp.log(p + eps) - (1 - y) * jnp.log(1 - p + eps)}
+
+
+def _softplus(x):
+    """log(1 + exp(x)) computed as max(x, 0) + log(1 + exp(-|x|))."""
+    return jnp.maximum(x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+@op("teacher_student_sigmoid_loss", inputs="X Label", outputs="Y",
+    attrs={"soft_max_up_bound": 15.0, "soft_max_lower_bound": -15.0},
+    infer_shape=_same_rows_shape("X", "Label", out="Y"), no_grad_inputs=["Label"])
+def teacher_student_sigmoid_loss(ctx):
+    """Sigmoid cross entropy against a click z and, where given, a teacher's value z' packed in
+    Label: -2 (z = 0, no z'), -1 (z = 1, no z'), z' in [0, 1) (z = 0), 1 + z' (z = 1). The gradient
+    is 0 where X lies outside (soft_max_lower_bound, soft_max_up_bound), as Paddle's kernel."""
+    x, label = ctx.input("X"), ctx.input("Label")
+    inside = (x > ctx.attr("soft_max_lower_bound")) & (x < ctx.attr("soft_max_up_bound"))
+    x = jnp.where(inside, x, jax.lax.stop_gradient(x))
+    click = jnp.where(label < -1, 0.0, jnp.where(label < 0, 1.0, jnp.where(label < 1, 0.0, 1.0))).astype(x.dtype)
+    teacher = jnp.where(label < 0, 0.0, label - click)
+    with_teacher = (label >= 0).astype(x.dtype)
+    y = _softplus(x) - x * click + with_teacher * (_softplus(x) - x * teacher)
+    return {"Y": y}
+
+
+@op("rank_loss", inputs="Label Left Right", outputs="Out", infer_shape=_same_rows_shape("Left", "Right", "Label"),
+    no_grad_inputs=["Label"])
+def rank_loss(ctx):
+    """RankNet's pairwise loss: log(1 + exp(Left - Right)) - Label·(Left - Right)."""
+    d = ctx.input("Left") - ctx.input("Right")
+    return {"Out": _softplus(d) - ctx.input("Label") * d}
+
+
+def _margin_rank_shape(ctx: InferShapeContext) -> None:
+    _same_rows_shape("X1", "X2", "Label")(ctx)
+    x = ctx.input("X1")
+    ctx.set_output("Activated", x.shape, x.dtype, x.lod_level)
+
+
+@op("margin_rank_loss", inputs="X1 X2 Label", outputs="Out Activated", attrs={"margin": 0.1},
+    infer_shape=_margin_rank_shape, no_grad_inputs=["Label"], no_grad_outputs=["Activated"])
+def margin_rank_loss(ctx):
+    """max(0, -Label·(X1 - X2) + margin); Activated marks where that is positive (Fluid 1.x's op,
+    which Paddle 2.6 no longer has)."""
+    x1, x2, label = ctx.input("X1"), ctx.input("X2"), ctx.input("Label")
+    value = -label * (x1 - x2) + jnp.asarray(ctx.attr("margin"), x1.dtype)
+    return {"Out": jnp.maximum(value, 0), "Activated": (value > 0).astype(x1.dtype)}
+
+
+def _bpr_shape(ctx: InferShapeContext) -> None:
+    x, label = ctx.input("X"), ctx.input("Label")
+    ctx.check(x.ndim == 2, f"X must be [N, classes], got {x.shape}")
+    ctx.check(label.dtype in _INT_LABELS and label.ndim == 2 and label.shape[1] in (1, -1),
+              f"Label must be [N, 1] int64, got {label.shape} {label.dtype}")
+    ctx.set_output("Y", (x.shape[0], 1), x.dtype, x.lod_level)
+
+
+@op("bpr_loss", inputs="X Label", outputs="Y", infer_shape=_bpr_shape, no_grad_inputs=["Label"])
+def bpr_loss(ctx):
+    """Bayesian personalised ranking: the mean over the other classes j of
+    log(1 + exp(X[j] - X[label])), per row."""
+    x, label = ctx.input("X"), ctx.input("Label")
+    positive = _pick(x, label, 1)
+    others = jnp.arange(x.shape[1])[None, :] != label.astype(jnp.int32)
+    terms = jnp.where(others, _softplus(x - positive), 0)
+    return {"Y": jnp.sum(terms, axis=1, keepdims=True) / max(x.shape[1] - 1, 1)}
+
+
+def _smooth_l1_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    _same_rows_shape("X", "Y", out="Diff")(ctx)
+    ctx.check(x.ndim >= 2, f"X must have a batch dim and at least one more, got {x.shape}")
+    ctx.set_output("Out", (x.shape[0], 1), x.dtype, 0)
+
+
+@op("smooth_l1_loss", inputs="X Y InsideWeight? OutsideWeight?", outputs="Diff Out", attrs={"sigma": 1.0},
+    infer_shape=_smooth_l1_shape, no_grad_inputs=["InsideWeight", "OutsideWeight"], no_grad_outputs=["Diff"])
+def smooth_l1_loss(ctx):
+    """Fluid 1.x's smooth L1 (Paddle 2.6 has no such op): d = InsideWeight·(X - Y) (saved as Diff);
+    0.5·(σd)² where |d| < 1/σ², |d| - 0.5/σ² elsewhere; times OutsideWeight, summed per row ([N, 1])."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    inside, outside = ctx.input("InsideWeight"), ctx.input("OutsideWeight")
+    diff = x - y if inside is None else (x - y) * inside
+    s2 = jnp.asarray(ctx.attr("sigma"), x.dtype) ** 2
+    a = jnp.abs(diff)
+    loss = jnp.where(a < 1 / s2, 0.5 * s2 * diff * diff, a - 0.5 / s2)
+    if outside is not None:
+        loss = loss * outside
+    return {"Diff": diff, "Out": jnp.sum(loss.reshape(x.shape[0], -1), axis=1, keepdims=True)}
+
+
+def _focal_shape(ctx: InferShapeContext) -> None:
+    x, label, fg = ctx.input("X"), ctx.input("Label"), ctx.input("FgNum")
+    ctx.check(x.ndim == 2, f"X must be [N, classes], got {x.shape}")
+    ctx.check(label.ndim == 2 and label.shape[1] in (1, -1) and label.dtype in ("int32", "int64"),
+              f"Label must be [N, 1] int32, got {label.shape} {label.dtype}")
+    ctx.check(fg.dtype in ("int32", "int64"), f"FgNum must be int32, got {fg.dtype}")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("sigmoid_focal_loss", inputs="X Label FgNum", outputs="Out", attrs={"gamma": 2.0, "alpha": 0.25},
+    infer_shape=_focal_shape, no_grad_inputs=["Label", "FgNum"])
+def sigmoid_focal_loss(ctx):
+    """Fluid 1.x's focal loss (Paddle 2.6 has no such op): for class c (1-based: Label 0 is
+    background, -1 ignored) with p = sigmoid(X), -α(1-p)^γ log p where c is the label, -(1-α)p^γ
+    log(1-p) elsewhere (nothing for ignored rows), divided by max(FgNum, 1)."""
+    x, label = ctx.input("X"), ctx.input("Label").astype(jnp.int32)
+    fg = jnp.maximum(ctx.input("FgNum").reshape(()).astype(x.dtype), 1)
+    gamma, alpha = ctx.attr("gamma"), ctx.attr("alpha")
+    classes = jnp.arange(1, x.shape[1] + 1)[None, :]
+    pos = (label == classes).astype(x.dtype)
+    neg = ((label != classes) & (label >= 0)).astype(x.dtype)
+    p = jax.nn.sigmoid(x)
+    log_p, log_1p = jax.nn.log_sigmoid(x), jax.nn.log_sigmoid(-x)
+    loss = -pos * alpha * (1 - p) ** gamma * log_p - neg * (1 - alpha) * p ** gamma * log_1p
+    return {"Out": loss / fg}
