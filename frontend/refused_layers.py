@@ -50,13 +50,13 @@ REFUSED: dict[str, str] = {
         "similarity_focus")},
     # neither an op nor a composition of ops written yet
     **{name: _UNWRITTEN for name in (
-        "cross", "diag_embed", "inplace_abn", "multiplex", "spectral_norm",
-        "pad_constant_like", "image_resize_short", "scatter_nd_add", "scatter_nd", "random_crop",
+        "inplace_abn", "spectral_norm",
+        "pad_constant_like", "image_resize_short", "random_crop",
         "uniform_random_batch_size_like", "sampling_id", "gaussian_random_batch_size_like", "space_to_depth",
-        "add_position_encoding", "bilinear_tensor_product", "temporal_shift", "fsp_matrix",
-        "shard_index", "randperm", "trace",
+        "add_position_encoding", "bilinear_tensor_product", "fsp_matrix",
+        "randperm",
         "iou_similarity", "sequence_scatter",
-        "multiclass_nms", "generate_proposals", "addmm")},
+        "multiclass_nms", "generate_proposals")},
     "IfElse": "Fluid's IfElse (row-splitting true/false blocks); use layers.cond, layers.case or layers.Switch",
     **{name: "fluid.layers' probability distributions (sample, entropy, log_prob, kl_divergence) are not written"
        for name in ("Uniform", "Normal", "Categorical", "MultivariateNormalDiag")},

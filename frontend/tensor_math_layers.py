@@ -21,7 +21,9 @@ __all__ = ["bmm", "kron", "dot", "t", "index_select", "index_sample", "dist", "t
            "roll", "argsort", "reduce_all", "reduce_any", "has_inf", "has_nan", "allclose", "elementwise_equal",
            "logsumexp", "clamp", "addcmul", "l2_normalize", "lrn", "label_smooth", "pad2d", "crop_tensor", "crop",
            "expand_as", "size", "rank", "mul", "maxout", "affine_channel", "shuffle_channel", "pixel_shuffle",
-           "unfold", "gather_tree", "clip_by_norm", "sum", "unique", "unique_with_counts", "diag", "meshgrid"]
+           "unfold", "gather_tree", "clip_by_norm", "sum", "unique", "unique_with_counts", "diag", "meshgrid",
+           "cross", "trace", "addmm", "diag_embed", "scatter_nd_add", "scatter_nd", "multiplex", "shard_index",
+           "temporal_shift"]
 
 reduce_all = _reduce_layer("reduce_all", "logical AND")
 reduce_any = _reduce_layer("reduce_any", "logical OR")
@@ -332,3 +334,61 @@ def meshgrid(input: Sequence[Variable], name: str | None = None) -> list[Variabl
     outs = [helper.create_tmp(v.dtype) for v in input]
     helper.append_op("meshgrid", {"X": list(input)}, {"Out": outs})
     return outs
+
+
+def cross(input: Variable, other: Variable, dim: int | None = None) -> Variable:
+    """The cross product along ``dim`` (size 3; None: the first dim of size 3)."""
+    if dim is None:
+        dim = next((i for i, d in enumerate(input.shape) if d == 3), None)
+        if dim is None:
+            raise ValueError(f"cross: input {input.shape} has no dim of size 3")
+    return _op("cross", {"X": input, "Y": other}, {"dim": int(dim)})
+
+
+def trace(input: Variable, offset: int = 0, dim1: int = 0, dim2: int = 1, out=None, name: str | None = None):
+    """The sum of diagonal ``offset`` of the (dim1, dim2) planes (those dims removed)."""
+    return _op("trace", {"Input": input}, {"offset": int(offset), "axis1": int(dim1), "axis2": int(dim2)}, name)
+
+
+def addmm(input: Variable, x: Variable, y: Variable, alpha: float = 1.0, beta: float = 1.0,
+          name: str | None = None) -> Variable:
+    """beta·input + alpha·(x @ y), input broadcast to the product's shape."""
+    return _op("addmm", {"Input": input, "X": x, "Y": y}, {"Alpha": float(alpha), "Beta": float(beta)}, name)
+
+
+def diag_embed(input: Variable, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Variable:
+    """Matrices (in the output's dims dim1, dim2) with input's last dim on diagonal ``offset``."""
+    return _op("diag_embed", {"Input": input}, {"offset": int(offset), "dim1": int(dim1), "dim2": int(dim2)})
+
+
+def scatter_nd_add(ref: Variable, index: Variable, updates: Variable, name: str | None = None) -> Variable:
+    """``ref`` with ``updates`` added at the coordinates ``index`` [..., k] (repeats add up)."""
+    return _op("scatter_nd_add", {"X": ref, "Index": index, "Updates": updates}, name=name)
+
+
+def scatter_nd(index: Variable, updates: Variable, shape, name: str | None = None) -> Variable:
+    """Zeros of ``shape`` with ``updates`` added at ``index`` (Fluid's scatter_nd_add on zeros)."""
+    from .tensor_layers import fill_constant
+
+    return scatter_nd_add(fill_constant(shape, updates.dtype, 0.0), index, updates, name)
+
+
+def multiplex(inputs, index: Variable) -> Variable:
+    """Row i from ``inputs[index[i]]`` (inputs of one shape, ``index`` [N, 1] int32)."""
+    if len(inputs) < 2:
+        raise ValueError("multiplex: inputs needs at least two Variables")
+    return _op("multiplex", {"X": list(inputs), "Ids": index})
+
+
+def shard_index(input: Variable, index_num: int, nshards: int, shard_id: int, ignore_value: int = -1) -> Variable:
+    """Ids in shard ``shard_id`` of ``nshards`` become offsets in it; the others ``ignore_value``."""
+    if not 0 <= shard_id < nshards:
+        raise ValueError(f"shard_index: shard_id must be in [0, {nshards}), got {shard_id}")
+    return _op("shard_index", {"X": input}, {"index_num": int(index_num), "nshards": int(nshards),
+                                             "shard_id": int(shard_id), "ignore_value": int(ignore_value)})
+
+
+def temporal_shift(x: Variable, seg_num: int, shift_ratio: float = 0.25, name: str | None = None) -> Variable:
+    """TSM: in [N·seg_num, C, H, W], the first C·ratio channels take the previous frame's values and
+    the next C·ratio the next frame's."""
+    return _op("temporal_shift", {"X": x}, {"seg_num": int(seg_num), "shift_ratio": float(shift_ratio)}, name)

@@ -238,3 +238,33 @@ def test_losses_paddle_dropped_match_numpy():
     pos, neg = (feed["cls"] == k).astype(float), ((feed["cls"] != k) & (feed["cls"] != -1)).astype(float)
     focal = (-pos * 0.25 * (1 - p) ** 2 * np.log(p) - neg * 0.75 * p ** 2 * np.log(1 - p)) / 2
     np.testing.assert_allclose(got[3], focal, rtol=1e-5, atol=1e-7)
+
+
+# -- tensor layers over new ops (frontend/tensor_math_layers.py) --------------------------------------------
+def test_tensor_layers_match_paddle_and_numpy():
+    def build():
+        a = fluid.data("a", [4, 3], "float32")
+        b = fluid.data("b", [4, 3], "float32")
+        m = fluid.data("m", [3, 5], "float32")
+        idx = fluid.data("idx", [3, 1], "int64")
+        sel = fluid.data("sel", [4, 1], "int32")
+        ids = fluid.data("ids", [4, 1], "int64")
+        frames = fluid.data("frames", [6, 8, 2, 2], "float32")
+        return [L.cross(a, b), L.trace(L.matmul(a, a, transpose_y=True)), L.addmm(L.ones([1, 5], "float32"), a, m, 0.5),
+                L.diag_embed(a, 1), L.scatter_nd_add(a, idx, L.slice(b, [0], [0], [3])), L.scatter_nd(idx, m, [5, 5]),
+                L.multiplex([a, b], sel), L.shard_index(ids, 20, 2, 1), L.temporal_shift(frames, 3)]
+
+    a, b = (RNG.uniform(-1, 1, (4, 3)).astype("float32") for _ in range(2))
+    m = RNG.uniform(-1, 1, (3, 5)).astype("float32")
+    feed = {"a": a, "b": b, "m": m, "idx": np.array([[2], [0], [2]]), "sel": np.array([[1], [0], [0], [1]], "int32"),
+            "ids": np.array([[3], [12], [19], [9]]), "frames": RNG.uniform(-1, 1, (6, 8, 2, 2)).astype("float32")}
+    ours, theirs = _run_both(build, feed)
+    _close(ours, theirs)
+    np.testing.assert_allclose(ours[0], np.cross(a, b), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours[1], np.trace(a @ a.T), rtol=1e-5)
+    np.testing.assert_allclose(ours[2], 1 + 0.5 * a @ m, rtol=1e-5)
+    expected = a.copy()
+    np.add.at(expected, [2, 0, 2], b[:3])
+    np.testing.assert_allclose(ours[4], expected, rtol=1e-6)
+    np.testing.assert_array_equal(ours[6], np.where(feed["sel"] == 1, b, a))
+    np.testing.assert_array_equal(ours[7][:, 0], [-1, 2, 9, -1])

@@ -1,4 +1,5 @@
-"""Gathering and scattering by index tensors: gather, gather_nd, scatter, take_along_axis,
+"""Gathering and scattering by index tensors: gather, gather_nd, scatter, scatter_nd_add, multiplex, shard_index,
+take_along_axis,
 put_along_axis (``index_select`` and ``index_sample`` are in ``search.py``)."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from ...ir.registry import op
-from ...ir.shape import InferShapeContext
+from ...ir.shape import InferShapeContext, same_as
 from ..checks import IndexInput, index_inputs
 from ._errors import _fail
 from ._shapes import _norm_axis, dims_equal
@@ -196,3 +197,33 @@ def put_along_axis(ctx):
         out = base.at[where].min(value) if reduce == "amin" else base.at[where].max(value)
         return {"Result": out}
     _fail(ctx, f"Reduce must be one of {_PUT_REDUCE}, got {reduce!r}")
+
+
+# -- scatter_nd_add / multiplex ----------------------------------------------------------------------
+@op("scatter_nd_add", inputs="X Index Updates", outputs="Out", infer_shape=same_as("X"), no_grad_inputs=["Index"])
+def scatter_nd_add(ctx):
+    """X with Updates added at the k-dim coordinates of Index [..., k] (Updates is
+    Index.shape[:-1] + X.shape[k:]); repeated coordinates add up."""
+    x, index, updates = ctx.input("X"), ctx.input("Index"), ctx.input("Updates")
+    k = index.shape[-1]
+    coords = tuple(index[..., i] for i in range(k))
+    return {"Out": x.at[coords].add(updates.astype(x.dtype))}
+
+
+@op("multiplex", inputs="X* Ids", outputs="Out", infer_shape=same_as("X"), no_grad_inputs=["Ids"])
+def multiplex(ctx):
+    """Row i of Out is row i of X[Ids[i]] (the candidates X all of one shape)."""
+    xs = jnp.stack(ctx.inputs("X"))
+    ids = ctx.input("Ids").reshape(-1).astype(jnp.int32)
+    return {"Out": xs[ids, jnp.arange(xs.shape[1])]}
+
+
+@op("shard_index", inputs="X", outputs="Out",
+    attrs={"index_num": 0, "nshards": 0, "shard_id": 0, "ignore_value": -1}, infer_shape=same_as("X"), grad=None)
+def shard_index(ctx):
+    """Ids of shard ``shard_id`` (of ``nshards`` equal shards of ``index_num`` ids) as offsets into
+    that shard; ids of other shards become ``ignore_value``."""
+    x = ctx.input("X")
+    size = -(-ctx.attr("index_num") // ctx.attr("nshards"))
+    shard = ctx.attr("shard_id")
+    return {"Out": jnp.where(x // size == shard, x - shard * size, ctx.attr("ignore_value")).astype(x.dtype)}

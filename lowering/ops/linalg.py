@@ -1,5 +1,6 @@
 """Linear algebra beyond ``matmul``/``mul`` (those are in ``nn.py``): batched products (bmm),
-einsum, kron; norms (p_norm, dist); triangles and diagonals of matrices (tril_triu, diag_v2).
+einsum, kron, addmm, cross; norms (p_norm, dist); triangles and diagonals of matrices (tril_triu, diag_v2, trace,
+diag_embed).
 
 Each op follows its Paddle 2.6.2 kernel (type name, slots, attributes, semantics); gradients are
 the vjp of the JAX rule.
@@ -222,3 +223,51 @@ def diag_v2(ctx):
         on = jnp.eye(n, k=k, dtype=bool)
         return {"Out": jnp.where(on, jnp.diag(x, k), jnp.asarray(ctx.attr("padding_value"), x.dtype))}
     return {"Out": jnp.diagonal(x, offset=k)}
+
+
+# -- Fluid 1.8's cross, trace, addmm, diag_embed -----------------------------------------------------
+@op("cross", inputs="X Y", outputs="Out", attrs={"dim": 2**31 - 1}, infer_shape=same_as("X"))
+def cross(ctx):
+    """The cross product of X and Y along ``dim`` (size 3); the default picks the first dim of size 3."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    dim = ctx.attr("dim")
+    if dim == 2**31 - 1:
+        dim = next((i for i, d in enumerate(x.shape) if d == 3), -1)
+    if dim < -x.ndim or dim >= x.ndim or x.shape[dim] != 3:
+        raise ValueError(f"op 'cross': dim {ctx.attr('dim')} of X {x.shape} must have size 3")
+    return {"Out": jnp.cross(x, y, axis=dim)}
+
+
+@op("trace", inputs="Input", outputs="Out", attrs={"offset": 0, "axis1": 0, "axis2": 1}, infer_shape=None)
+def trace(ctx):
+    """The sum of Input's diagonal ``offset`` in the plane of axis1 and axis2 (those dims removed)."""
+    return {"Out": jnp.trace(ctx.input("Input"), offset=ctx.attr("offset"), axis1=ctx.attr("axis1"),
+                             axis2=ctx.attr("axis2"))}
+
+
+@op("addmm", inputs="Input X Y", outputs="Out", attrs={"Alpha": 1.0, "Beta": 1.0}, infer_shape=None)
+def addmm(ctx):
+    """Beta·Input + Alpha·(X @ Y), Input broadcast to the product's [M, N]."""
+    x = ctx.input("X")
+    alpha, beta = (jnp.asarray(ctx.attr(k), x.dtype) for k in ("Alpha", "Beta"))
+    return {"Out": beta * ctx.input("Input") + alpha * (x @ ctx.input("Y"))}
+
+
+@op("diag_embed", inputs="Input", outputs="Out", attrs={"offset": 0, "dim1": -2, "dim2": -1}, infer_shape=None,
+    grad=None)
+def diag_embed(ctx):
+    """Matrices whose diagonal ``offset`` (in the plane of dims dim1, dim2 of the output) holds the
+    last dim of Input; zeros elsewhere."""
+    x = ctx.input("Input")
+    offset, n = ctx.attr("offset"), x.shape[-1] + abs(ctx.attr("offset"))
+    rank = x.ndim + 1
+    d1, d2 = ctx.attr("dim1") % rank, ctx.attr("dim2") % rank
+    i = jnp.arange(x.shape[-1])
+    rows, cols = (i, i + offset) if offset >= 0 else (i - offset, i)
+    square = jnp.zeros(x.shape[:-1] + (n, n), x.dtype).at[..., rows, cols].set(x)
+    # square is [..., n(d1), n(d2)] with the batch dims first; move the two to their places
+    batch = [k for k in range(rank) if k not in (d1, d2)]
+    order = batch + [d1, d2] if d1 < d2 else batch + [d2, d1]
+    if d1 > d2:
+        square = jnp.swapaxes(square, -1, -2)
+    return {"Out": jnp.transpose(square, np.argsort(order))}

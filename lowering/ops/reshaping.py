@@ -1,6 +1,6 @@
 """Changing a tensor's shape or the order of its elements: reshape2/reshape, transpose2/transpose,
 flatten_contiguous_range/flatten2, squeeze2/unsqueeze2, expand_v2/expand/expand_as_v2, tile,
-repeat_interleave, flip, roll, and the channel shuffles (channel_shuffle, shuffle_channel).
+repeat_interleave, flip, roll, the channel shuffles (channel_shuffle, shuffle_channel) and TSM's temporal_shift.
 
 ``reshape``, ``transpose``, ``flatten2``, ``expand`` and ``shuffle_channel`` are Fluid 1.x's ops,
 which Paddle 2.6.2 still runs (models saved in Fluid's directory layout use them). Attributes
@@ -604,3 +604,23 @@ def shuffle_channel(ctx):
     if c % g:
         _fail(ctx, f"X's {c} channels do not split into group={g}")
     return {"Out": x.reshape(n, g, c // g, *x.shape[2:]).swapaxes(1, 2).reshape(x.shape)}
+
+
+@op("temporal_shift", inputs="X", outputs="Out", attrs={"seg_num": 1, "shift_ratio": 0.25, "data_format": "NCHW"},
+    infer_shape=same_as("X"))
+def temporal_shift(ctx):
+    """TSM's shift of X [N·T, C, H, W] (T = seg_num): the first C·ratio channels take the previous
+    frame's values, the next C·ratio the next frame's (zeros past either end), the rest stay."""
+    x = ctx.input("X")
+    last = ctx.attr("data_format") == "NHWC"
+    if last:
+        x = jnp.moveaxis(x, -1, 1)
+    t = ctx.attr("seg_num")
+    nt, c = x.shape[0], x.shape[1]
+    v = x.reshape((nt // t, t) + x.shape[1:])
+    c1, c2 = int(c * ctx.attr("shift_ratio")), int(c * 2 * ctx.attr("shift_ratio"))
+    zero = jnp.zeros_like(v[:, :1])
+    prev = jnp.concatenate([zero, v[:, :-1]], axis=1)
+    nxt = jnp.concatenate([v[:, 1:], zero], axis=1)
+    out = jnp.concatenate([prev[:, :, :c1], nxt[:, :, c1:c2], v[:, :, c2:]], axis=2).reshape(x.shape)
+    return {"Out": jnp.moveaxis(out, 1, -1) if last else out}

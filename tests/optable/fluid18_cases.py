@@ -91,3 +91,34 @@ CASES += [
     Case("sigmoid_focal_loss", {"X": rand(5, 3, low=-2, high=2), "Label": _FOCAL_LABEL, "FgNum": np.array([0], "int32")},
          {"gamma": 1.5, "alpha": 0.5}, paddle=False, oracle=_focal_ref, batch_dims=("X", "Label"), name="no-fg"),
 ]
+
+_SCATTER_X = rand(4, 3, 2)
+CASES += [
+    Case("cross", {"X": rand(4, 3), "Y": rand(4, 3)}, {"dim": 1}),
+    Case("cross", {"X": rand(3, 2, dtype="float64"), "Y": rand(3, 2, dtype="float64")}, {"dim": 0}, batch_dims=(),
+         name="dim0-f64"),
+    # no dim: the first dim of size 3 (Fluid's default; Paddle 2.6.2's kernel refuses the unset value)
+    Case("cross", {"X": rand(2, 3, 3, dtype="float64"), "Y": rand(2, 3, 3, dtype="float64")}, batch_dims=(),
+         paddle=False, oracle=lambda i, a: {"Out": np.cross(i["X"], i["Y"], axis=1)}, name="default-dim-f64"),
+    Case("trace", {"Input": rand(4, 3, 5)}, {"offset": 1, "axis1": 1, "axis2": 2}),
+    Case("trace", {"Input": rand(4, 4, dtype="float64")}, {"offset": -1}, batch_dims=(), name="matrix-f64"),
+    Case("addmm", {"Input": rand(1, 5), "X": rand(3, 4), "Y": rand(4, 5)}, {"Alpha": 0.5, "Beta": 2.0},
+         batch_dims=()),
+    Case("addmm", {"Input": rand(3, 5, dtype="float64"), "X": rand(3, 4, dtype="float64"),
+                   "Y": rand(4, 5, dtype="float64")}, batch_dims=(), name="f64"),
+    Case("diag_embed", {"Input": rand(2, 3)}, grad=()),
+    Case("diag_embed", {"Input": rand(2, 3)}, {"offset": -1, "dim1": 0, "dim2": 2}, grad=(), batch_dims=(),
+         name="dims-0-2"),
+    Case("diag_embed", {"Input": rand(2, 3)}, {"offset": 2, "dim1": -1, "dim2": 0}, grad=(), batch_dims=(),
+         name="reversed"),
+    Case("scatter_nd_add", {"X": _SCATTER_X, "Index": np.array([[1, 0], [3, 2], [1, 0]], "int64"),
+                            "Updates": rand(3, 2)}, batch_dims=("X",)),
+    Case("scatter_nd_add", {"X": rand(4, 3, dtype="float64"), "Index": np.array([[2], [0], [2]], "int32"),
+                            "Updates": rand(3, 3, dtype="float64")}, batch_dims=("X",), name="rows-f64"),
+    Case("multiplex", {"X": [rand(4, 3), rand(4, 3), rand(4, 3)], "Ids": np.array([[2], [0], [1], [2]], "int32")}),
+    Case("shard_index", {"X": np.array([[1], [6], [12], [19], [0]], "int64")},
+         {"index_num": 20, "nshards": 3, "shard_id": 1, "ignore_value": -1}, grad=()),
+    Case("temporal_shift", {"X": rand(6, 8, 2, 2)}, {"seg_num": 3, "shift_ratio": 0.25}),
+    Case("temporal_shift", {"X": rand(4, 2, 2, 5, dtype="float64")}, {"seg_num": 2, "shift_ratio": 0.2,
+                                                                     "data_format": "NHWC"}, name="nhwc-f64"),
+]
