@@ -231,6 +231,21 @@ def conv2d(input: Variable, num_filters: int, filter_size, stride=1, padding=0, 
     return activate(out, activation, helper)
 
 
+def _filter_from_output(input: Variable, out_sizes, strides, paddings, dilations, channel_last: bool,
+                        layer: str) -> list[int]:
+    """A transposed convolution's filter size derived from ``output_size`` (Paddle's rule), in as
+    many spatial dims as ``out_sizes`` has; ``paddings`` one per dim or before/after pairs."""
+    if out_sizes is None:
+        raise ValueError(f"{layer}: give filter_size or output_size")
+    n = len(out_sizes)
+    in_sizes = input.shape[1:1 + n] if channel_last else input.shape[2:2 + n]
+    if any(d < 0 for d in in_sizes):
+        raise ShapeError(f"{layer}: deriving filter_size from output_size needs known spatial dims, got {input.shape}")
+    pads = paddings if len(paddings) == 2 * n else [p for p in paddings for _ in range(2)]
+    return [(out_sizes[i] - (in_sizes[i] - 1) * strides[i] + pads[2 * i] + pads[2 * i + 1] - 1) // dilations[i] + 1
+            for i in range(n)]
+
+
 def conv2d_transpose(input: Variable, num_filters: int, output_size=None, filter_size=None, padding=0, stride=1,
                      dilation=1, groups=None, param_attr=None, bias_attr=None, use_cudnn: bool = True,
                      activation: Activation = None, name: str | None = None, data_format: str = "NCHW") -> Variable:
@@ -250,15 +265,8 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size=None, filter
     paddings, algorithm = _padding(padding, data_format, "conv2d_transpose")
     out_hw = None if output_size is None else _pair(output_size, "output_size", "conv2d_transpose")
     if filter_size is None:
-        if out_hw is None:
-            raise ValueError("conv2d_transpose: give filter_size or output_size")
-        in_hw = input.shape[1:3] if data_format == "NHWC" else input.shape[2:4]
-        if any(d < 0 for d in in_hw):
-            raise ShapeError(f"conv2d_transpose: deriving filter_size from output_size needs known spatial dims, "
-                             f"got {input.shape}")
-        pads = paddings if len(paddings) == 4 else [paddings[0], paddings[0], paddings[1], paddings[1]]
-        filter_size = [(out_hw[i] - (in_hw[i] - 1) * strides[i] + pads[2 * i] + pads[2 * i + 1] - 1) // dilations[i] + 1
-                       for i in range(2)]
+        filter_size = _filter_from_output(input, out_hw, strides, paddings, dilations, data_format == "NHWC",
+                                          "conv2d_transpose")
     fh, fw = _pair(filter_size, "filter_size", "conv2d_transpose")
     w = helper.create_parameter(ParamAttr.to_attr(param_attr), (c, num_filters // groups, fh, fw), input.dtype)
     out = helper.create_tmp(input.dtype)

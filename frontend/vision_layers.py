@@ -16,7 +16,7 @@ from ..ir.variable import Variable
 from .initializer import Normal
 from .layer_helper import LayerHelper
 from .layer_args import activate
-from .nn_layers import _add_bias, _check_groups, _pair, _resize
+from .nn_layers import _add_bias, _check_groups, _filter_from_output, _pair, _resize
 from .param_attr import ParamAttr
 from .tensor_layers import cast
 
@@ -102,15 +102,8 @@ def conv3d_transpose(input: Variable, num_filters: int, output_size=None, filter
     paddings, algorithm = _padding3d(padding, data_format, "conv3d_transpose")
     out_dhw = None if output_size is None else _triple(output_size, "output_size", "conv3d_transpose")
     if filter_size is None:
-        if out_dhw is None:
-            raise ValueError("conv3d_transpose: give filter_size or output_size")
-        in_dhw = input.shape[1:4] if data_format == "NDHWC" else input.shape[2:5]
-        if any(d < 0 for d in in_dhw):
-            raise ShapeError(f"conv3d_transpose: deriving filter_size from output_size needs known spatial dims, "
-                             f"got {input.shape}")
-        pads = paddings if len(paddings) == 6 else [p for p in paddings for _ in range(2)]
-        filter_size = [(out_dhw[i] - (in_dhw[i] - 1) * strides[i] + pads[2 * i] + pads[2 * i + 1] - 1)
-                       // dilations[i] + 1 for i in range(3)]
+        filter_size = _filter_from_output(input, out_dhw, strides, paddings, dilations, data_format == "NDHWC",
+                                          "conv3d_transpose")
     kd, kh, kw = _triple(filter_size, "filter_size", "conv3d_transpose")
     w = helper.create_parameter(ParamAttr.to_attr(param_attr), (c, num_filters // groups, kd, kh, kw), input.dtype)
     out = helper.create_tmp(input.dtype)
