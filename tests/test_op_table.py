@@ -19,9 +19,10 @@ from optable import Case, all_cases
 CASES = all_cases()
 COMPARED = [c for c in CASES if c.check is None]
 CUSTOM = [c for c in CASES if c.check is not None]
-# Ops Paddle 2.6.2 does not register: our own host op, and cos_sim and lstm_unit (removed from
-# Paddle 2.x's op library, still in programs saved by Paddle 1.x).
-FLUIDJAX_ONLY = {"fill_string", "cos_sim", "lstm_unit"}
+# Ops Paddle 2.6.2 does not register: our own host op, and cos_sim, lstm_unit and the Fluid 1.x
+# losses smooth_l1_loss, margin_rank_loss, sigmoid_focal_loss (removed from Paddle 2.x's op
+# library, still in programs saved by Paddle 1.x).
+FLUIDJAX_ONLY = {"fill_string", "cos_sim", "lstm_unit", "smooth_l1_loss", "margin_rank_loss", "sigmoid_focal_loss"}
 
 
 def _as_list(value):
