@@ -18,7 +18,8 @@ from .param_attr import ParamAttr
 from .tensor_layers import _dtype_enum, _random, fill_constant, slice, stack
 
 __all__ = ["linspace", "full", "randn", "eye", "nonzero", "tensor_array_to_tensor", "create_tensor",
-           "create_parameter"]
+           "create_parameter", "uniform_random_batch_size_like", "gaussian_random_batch_size_like", "randperm",
+           "sampling_id"]
 
 
 def linspace(start, stop, num, dtype) -> Variable:
@@ -129,3 +130,54 @@ def create_parameter(shape: Sequence[int], dtype, name: str | None = None, attr=
     return LayerHelper("create_parameter", name).create_parameter(attr, shape, dtypes.normalize(dtype),
                                                                   is_bias=bool(is_bias),
                                                                   default_initializer=default_initializer)
+
+
+def _batch_size_like(op_type: str, input: Variable, shape, dtype, input_dim_idx: int, output_dim_idx: int,
+                     attrs: dict) -> Variable:
+    helper = LayerHelper(op_type)
+    out = helper.create_tmp(dtypes.normalize(dtype), stop_gradient=True)
+    helper.append_op(op_type, {"Input": input}, {"Out": out},
+                     {"shape": [int(s) for s in shape], "input_dim_idx": int(input_dim_idx),
+                      "output_dim_idx": int(output_dim_idx), "dtype": _dtype_enum(dtype), **attrs})
+    return out
+
+
+def uniform_random_batch_size_like(input: Variable, shape, dtype="float32", input_dim_idx: int = 0,
+                                   output_dim_idx: int = 0, min: float = -1.0, max: float = 1.0,  # noqa: A002
+                                   seed: int = 0) -> Variable:
+    """Uniform numbers in [min, max) of ``shape``, dim ``output_dim_idx`` taken from ``input``'s
+    dim ``input_dim_idx`` (the batch size)."""
+    return _batch_size_like("uniform_random_batch_size_like", input, shape, dtype, input_dim_idx, output_dim_idx,
+                            {"min": float(min), "max": float(max), "seed": int(seed)})
+
+
+def gaussian_random_batch_size_like(input: Variable, shape, input_dim_idx: int = 0, output_dim_idx: int = 0,
+                                    mean: float = 0.0, std: float = 1.0, seed: int = 0, dtype="float32") -> Variable:
+    """Normal numbers (``mean``, ``std``) of ``shape``, dim ``output_dim_idx`` taken from ``input``'s
+    dim ``input_dim_idx``."""
+    return _batch_size_like("gaussian_random_batch_size_like", input, shape, dtype, input_dim_idx, output_dim_idx,
+                            {"mean": float(mean), "std": float(std), "seed": int(seed)})
+
+
+def randperm(n: int, out: Variable | None = None, dtype="int64", device=None, stop_gradient: bool = True,
+             seed: int = 0) -> Variable:
+    """A random permutation of 0 .. n-1 (``dtype`` int32 or int64). It follows the program's
+    ``random_seed``; ``seed`` and ``device`` are taken for Fluid's signature (Paddle 2's op has no
+    seed attribute)."""
+    if int(n) < 1:
+        raise ValueError(f"randperm: n must be positive, got {n}")
+    helper = LayerHelper("randperm")
+    if out is None:
+        out = helper.create_tmp(dtypes.normalize(dtype), stop_gradient=True)
+    helper.append_op("randperm", {}, {"Out": out}, {"n": int(n), "dtype": _dtype_enum(dtype)})
+    out.stop_gradient = stop_gradient
+    return out
+
+
+def sampling_id(x: Variable, min: float = 0.0, max: float = 1.0, seed: int = 0, dtype="float32") -> Variable:  # noqa: A002
+    """One sampled class id per row of the probabilities ``x`` [B, C]: an int64 [B] (Fluid's kernel
+    writes int64 whatever ``dtype`` says)."""
+    helper = LayerHelper("sampling_id")
+    out = helper.create_tmp("int64", stop_gradient=True)
+    helper.append_op("sampling_id", {"X": x}, {"Out": out}, {"min": float(min), "max": float(max), "seed": int(seed)})
+    return out

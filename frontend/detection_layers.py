@@ -13,7 +13,7 @@ from typing import Sequence
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 
-__all__ = ["prior_box", "box_coder", "yolo_box", "matrix_nms", "distribute_fpn_proposals"]
+__all__ = ["prior_box", "box_coder", "yolo_box", "matrix_nms", "distribute_fpn_proposals", "iou_similarity"]
 
 
 def _floats(value) -> list[float]:
@@ -104,3 +104,9 @@ def distribute_fpn_proposals(fpn_rois: Variable, min_level: int, max_level: int,
                      {"min_level": int(min_level), "max_level": int(max_level), "refer_level": int(refer_level),
                       "refer_scale": int(refer_scale)})
     return levels, restore
+
+
+def iou_similarity(x: Variable, y: Variable, box_normalized: bool = True, name: str | None = None) -> Variable:
+    """The IoU of every box of ``x`` [N, 4] with every box of ``y`` [M, 4]: [N, M] (x's LoD kept)."""
+    return LayerHelper("iou_similarity", name).simple_op("iou_similarity", {"X": x, "Y": y},
+                                                         {"box_normalized": bool(box_normalized)})

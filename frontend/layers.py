@@ -31,6 +31,7 @@ from .ctc_metric_layers import *  # noqa: E402,F401,F403
 from .vision_layers import *  # noqa: E402,F401,F403
 from .detection_layers import *  # noqa: E402,F401,F403
 from .creation_layers import *  # noqa: E402,F401,F403
+from .feature_layers import *  # noqa: E402,F401,F403
 from .loss_layers import *  # noqa: E402,F401,F403
 from .py_reader import *  # noqa: E402,F401,F403
 

@@ -46,17 +46,10 @@ REFUSED: dict[str, str] = {
         "ssd_loss", "rpn_target_assign", "retinanet_target_assign", "anchor_generator",
         "roi_perspective_transform", "generate_proposal_labels", "generate_mask_labels", "polygon_box_transform",
         "yolov3_loss", "box_clip", "locality_aware_nms", "retinanet_detection_output", "box_decoder_and_assign",
-        "collect_fpn_proposals", "psroi_pool", "prroi_pool", "deformable_roi_pooling", "mean_iou",
-        "similarity_focus")},
+        "collect_fpn_proposals", "psroi_pool", "prroi_pool", "deformable_roi_pooling", "mean_iou")},
     # neither an op nor a composition of ops written yet
     **{name: _UNWRITTEN for name in (
-        "inplace_abn", "spectral_norm",
-        "pad_constant_like", "image_resize_short", "random_crop",
-        "uniform_random_batch_size_like", "sampling_id", "gaussian_random_batch_size_like", "space_to_depth",
-        "add_position_encoding", "bilinear_tensor_product", "fsp_matrix",
-        "randperm",
-        "iou_similarity", "sequence_scatter",
-        "multiclass_nms", "generate_proposals")},
+        "inplace_abn", "multiclass_nms", "generate_proposals")},
     "IfElse": "Fluid's IfElse (row-splitting true/false blocks); use layers.cond, layers.case or layers.Switch",
     **{name: "fluid.layers' probability distributions (sample, entropy, log_prob, kl_divergence) are not written"
        for name in ("Uniform", "Normal", "Categorical", "MultivariateNormalDiag")},

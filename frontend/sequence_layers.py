@@ -11,7 +11,7 @@ from .param_attr import ParamAttr
 __all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax", "sequence_reverse",
            "sequence_expand_as", "sequence_concat", "sequence_conv", "sequence_expand", "sequence_pad",
            "sequence_unpad", "sequence_mask", "sequence_slice", "sequence_reshape", "sequence_enumerate",
-           "lod_reset", "lod_append", "im2sequence", "row_conv"]
+           "lod_reset", "lod_append", "im2sequence", "row_conv", "add_position_encoding", "sequence_scatter"]
 
 
 def sequence_pool(input: Variable, pool_type: str, is_test: bool = False, pad_value: float = 0.0) -> Variable:
@@ -247,3 +247,17 @@ def row_conv(input: Variable, future_context_size: int, param_attr=None, activat
     out = helper.create_tmp(input.dtype)
     helper.append_op("row_conv", {"X": input, "Filter": w}, {"Out": out})
     return activate(out, activation, helper)
+
+
+def add_position_encoding(input: Variable, alpha: float, beta: float, name: str | None = None) -> Variable:
+    """input * alpha + beta * the sinusoid position encoding (op ``add_position_encoding``): positions
+    count within each sequence of a LoD [T, P] input, or along dim 1 of a dense [N, M, P] one."""
+    return LayerHelper("add_position_encoding", name).simple_op(
+        "add_position_encoding", {"X": input}, {"alpha": float(alpha), "beta": float(beta)})
+
+
+def sequence_scatter(input: Variable, index: Variable, updates: Variable, name: str | None = None) -> Variable:
+    """A copy of ``input`` [N, D] where, for the i-th sequence of the LoD ``index`` / ``updates``,
+    row i gets ``updates`` added at the columns ``index``."""
+    return LayerHelper("sequence_scatter", name).simple_op(
+        "sequence_scatter", {"X": input, "Ids": index, "Updates": updates})

@@ -22,7 +22,8 @@ CUSTOM = [c for c in CASES if c.check is not None]
 # Ops Paddle 2.6.2 does not register: our own host op, and cos_sim, lstm_unit and the Fluid 1.x
 # losses smooth_l1_loss, margin_rank_loss, sigmoid_focal_loss (removed from Paddle 2.x's op
 # library, still in programs saved by Paddle 1.x).
-FLUIDJAX_ONLY = {"fill_string", "cos_sim", "lstm_unit", "smooth_l1_loss", "margin_rank_loss", "sigmoid_focal_loss"}
+FLUIDJAX_ONLY = {"fill_string", "cos_sim", "lstm_unit", "smooth_l1_loss", "margin_rank_loss", "sigmoid_focal_loss",
+                "space_to_depth", "pad_constant_like", "random_crop", "gaussian_random_batch_size_like"}
 
 
 def _as_list(value):

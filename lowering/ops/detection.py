@@ -702,3 +702,26 @@ def distribute_fpn_proposals(ctx):
     if ctx.has_output("MultiLevelRoIsNum"):
         out["MultiLevelRoIsNum"] = nums
     return out
+
+
+def _iou_similarity_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    ctx.check(x.ndim == 2 and x.shape[1] in (4, -1) and y.ndim == 2 and y.shape[1] in (4, -1),
+              f"iou_similarity needs boxes [N, 4] and [M, 4], got {x.shape} and {y.shape}")
+    ctx.set_output("Out", (x.shape[0], y.shape[0]), x.dtype, x.lod_level)
+
+
+@op("iou_similarity", inputs="X Y", outputs="Out", attrs={"box_normalized": True},
+    infer_shape=_iou_similarity_shape, grad=None)
+def iou_similarity(ctx):
+    """The intersection over union of every box of X [N, 4] with every box of Y [M, 4] (xmin, ymin,
+    xmax, ymax); with ``box_normalized=False`` a box spans its end pixels (widths are +1)."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    one = 0.0 if ctx.attr("box_normalized") else 1.0
+    x, y = x[:, None, :], y[None, :, :]
+    area_x = (x[..., 2] - x[..., 0] + one) * (x[..., 3] - x[..., 1] + one)
+    area_y = (y[..., 2] - y[..., 0] + one) * (y[..., 3] - y[..., 1] + one)
+    w = jnp.maximum(jnp.minimum(x[..., 2], y[..., 2]) - jnp.maximum(x[..., 0], y[..., 0]) + one, 0)
+    h = jnp.maximum(jnp.minimum(x[..., 3], y[..., 3]) - jnp.maximum(x[..., 1], y[..., 1]) + one, 0)
+    inter = w * h
+    return {"Out": (inter / (area_x + area_y - inter)).astype(x.dtype)}

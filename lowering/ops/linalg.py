@@ -271,3 +271,41 @@ def diag_embed(ctx):
     if d1 > d2:
         square = jnp.swapaxes(square, -1, -2)
     return {"Out": jnp.transpose(square, np.argsort(order))}
+
+
+# -- Fluid 1.x's feature products ------------------------------------------------------------------
+def _bilinear_shape(ctx: InferShapeContext) -> None:
+    x, y, w = ctx.input("X"), ctx.input("Y"), ctx.input("Weight")
+    ctx.check(x.ndim == 2 and y.ndim == 2 and w.ndim == 3,
+              f"bilinear_tensor_product needs 2-D X and Y and a 3-D Weight, got {x.shape}, {y.shape}, {w.shape}")
+    ctx.check((w.shape[1] < 0 or x.shape[1] < 0 or w.shape[1] == x.shape[1])
+              and (w.shape[2] < 0 or y.shape[1] < 0 or w.shape[2] == y.shape[1]),
+              f"Weight {w.shape} does not fit X {x.shape} and Y {y.shape}")
+    ctx.set_output("Out", (x.shape[0], w.shape[0]), x.dtype, x.lod_level)
+
+
+@op("bilinear_tensor_product", inputs="X Y Weight Bias?", outputs="Out", infer_shape=_bilinear_shape)
+def bilinear_tensor_product(ctx):
+    """Out[b, i] = X[b] @ Weight[i] @ Y[b] (+ Bias[0, i])."""
+    x, y, w = ctx.input("X"), ctx.input("Y"), ctx.input("Weight")
+    out = jnp.einsum("bm,imn,bn->bi", x, w, y)
+    if ctx.has_input("Bias"):
+        out = out + ctx.input("Bias").reshape(1, -1)
+    return {"Out": out}
+
+
+def _fsp_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    ctx.check(x.ndim == 4 and y.ndim == 4, f"fsp needs 4-D X and Y, got {x.shape} and {y.shape}")
+    ctx.check(all(a < 0 or b < 0 or a == b for a, b in zip(x.shape[2:], y.shape[2:])),
+              f"X {x.shape} and Y {y.shape} must have the same height and width")
+    ctx.set_output("Out", (x.shape[0], x.shape[1], y.shape[1]), x.dtype, 0)
+
+
+@op("fsp", inputs="X Y", outputs="Out", infer_shape=_fsp_shape)
+def fsp(ctx):
+    """The flow of solution procedure matrix: Out[b] = X[b] (C1 x HW) @ Y[b]^T (HW x C2) / (H * W)."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    b, c1, h, w = x.shape
+    out = jnp.einsum("bik,bjk->bij", x.reshape(b, c1, h * w), y.reshape(b, y.shape[1], h * w))
+    return {"Out": out / (h * w)}

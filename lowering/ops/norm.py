@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
@@ -280,3 +281,35 @@ def affine_channel(ctx):
         return {"Out": x * scale + bias}
     shape = (1, -1) + (1,) * (x.ndim - 2)
     return {"Out": x * scale.reshape(shape) + bias.reshape(shape)}
+
+
+def _spectral_norm_shape(ctx: InferShapeContext) -> None:
+    w = ctx.input("Weight")
+    dim = ctx.attr("dim")
+    ctx.check(w.ndim >= 2 and dim in (0, 1), f"spectral_norm needs Weight of rank >= 2 and dim 0 or 1, "
+                                             f"got {w.shape} and dim {dim}")
+    ctx.set_output("Out", w.shape, w.dtype, 0)
+
+
+@op("spectral_norm", inputs="Weight U V", outputs="Out", attrs={"dim": 0, "power_iters": 1, "eps": 1e-12},
+    infer_shape=_spectral_norm_shape, no_grad_inputs=["U", "V"])
+def spectral_norm(ctx):
+    """Weight / sigma, sigma its largest singular value estimated by ``power_iters`` power iterations
+    from U [h] and V [w] (Weight with ``dim`` moved first, flattened to [h, w]). U and V are read, not
+    updated (Paddle's kernel iterates on copies). The gradient is W / sigma's with the iterated u, v
+    held constant; Paddle's grad kernel computes dOut * (1 - u v^T * sum(W / sigma)) / sigma instead,
+    which finite differences contradict (docs/fluid1.md)."""
+    w, u, v = ctx.input("Weight"), ctx.input("U"), ctx.input("V")
+    dim, eps = ctx.attr("dim"), ctx.attr("eps")
+    perm = [dim] + [i for i in range(w.ndim) if i != dim]
+    mat = jnp.transpose(w, perm).reshape(w.shape[dim], -1)
+    const = lax.stop_gradient(mat)
+    u, v = u.reshape(-1), v.reshape(-1)
+    for _ in range(ctx.attr("power_iters")):
+        v = const.T @ u
+        v = v / (jnp.sqrt(jnp.sum(v * v)) + eps)
+        u = const @ v
+        u = u / (jnp.sqrt(jnp.sum(u * u)) + eps)
+    u, v = lax.stop_gradient(u), lax.stop_gradient(v)
+    sigma = u @ mat @ v
+    return {"Out": w / sigma}

@@ -624,3 +624,41 @@ def temporal_shift(ctx):
     nxt = jnp.concatenate([v[:, 1:], zero], axis=1)
     out = jnp.concatenate([prev[:, :, :c1], nxt[:, :, c1:c2], v[:, :, c2:]], axis=2).reshape(x.shape)
     return {"Out": jnp.moveaxis(out, 1, -1) if last else out}
+
+
+def _space_to_depth_shape(ctx: InferShapeContext) -> None:
+    x, bs = ctx.input("X"), ctx.attr("blocksize")
+    ctx.check(x.ndim == 4 and bs > 0, f"space_to_depth needs a 4-D X and blocksize > 0, got {x.shape}, {bs}")
+    ctx.check(x.shape[1] < 0 or x.shape[1] % (bs * bs) == 0, f"X's channels {x.shape[1]} must be a multiple of "
+                                                             f"blocksize² ({bs * bs})")
+    ctx.check(all(d < 0 or d % bs == 0 for d in x.shape[2:]),
+              f"X's height and width {x.shape[2:]} must be multiples of blocksize {bs}")
+    n, c, h, w = x.shape
+    ctx.set_output("Out", (n, c * bs * bs if c >= 0 else -1, h // bs if h >= 0 else -1, w // bs if w >= 0 else -1),
+                   x.dtype, 0)
+
+
+def _space_to_depth_order(c: int, h: int, w: int, bs: int) -> np.ndarray:
+    """Fluid's kernel (darknet's reorg): input element (b, k, j, i) of [C, H, W] goes to flat
+    position w2 + W*bs*(h2 + H*bs*(k % (C/bs²) + (C/bs²)*b)), with offset = k // (C/bs²),
+    w2 = i*bs + offset % bs, h2 = j*bs + offset // bs; the result is read as [C*bs², H/bs, W/bs]
+    (per instance, so b = 0 here). Returns, for each output position, the input position."""
+    out_c = c // (bs * bs)
+    k, j, i = np.meshgrid(np.arange(c), np.arange(h), np.arange(w), indexing="ij")
+    offset = k // out_c if out_c else k
+    w2, h2 = i * bs + offset % bs, j * bs + offset // bs
+    dest = w2 + w * bs * (h2 + h * bs * (k % max(out_c, 1)))
+    src = np.empty(c * h * w, np.int64)
+    src[dest.reshape(-1)] = np.arange(c * h * w)
+    return src
+
+
+# Fluid 1.x's op (Paddle 2.6 no longer registers it).
+@op("space_to_depth", inputs="X", outputs="Out", attrs={"blocksize": 0}, infer_shape=_space_to_depth_shape)
+def space_to_depth(ctx):
+    """Blocks of blocksize x blocksize pixels moved into channels: [N, C, H, W] ->
+    [N, C*bs², H/bs, W/bs], in the element order of Fluid's kernel (see _space_to_depth_order)."""
+    x, bs = ctx.input("X"), ctx.attr("blocksize")
+    n, c, h, w = x.shape
+    src = _space_to_depth_order(c, h, w, bs)
+    return {"Out": x.reshape(n, -1)[:, src].reshape(n, c * bs * bs, h // bs, w // bs)}

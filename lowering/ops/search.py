@@ -315,3 +315,40 @@ def unique(ctx):
     if ctx.has_output("Counts"):
         out["Counts"] = ragged(jnp.where(valid, counts[rank_of], 0).astype(index_dtype), count)
     return out
+
+
+def _similarity_focus_shape(ctx: InferShapeContext) -> None:
+    x, axis, indexes = ctx.input("X"), ctx.attr("axis"), list(ctx.attr("indexes"))
+    ctx.check(x.ndim == 4 and axis in (1, 2, 3), f"similarity_focus needs a 4-D X and axis 1, 2 or 3, "
+                                                 f"got {x.shape} and axis {axis}")
+    ctx.check(len(indexes) > 0 and all(0 <= i and (x.shape[axis] < 0 or i < x.shape[axis]) for i in indexes),
+              f"indexes {indexes} out of range for dim {axis} of X {x.shape}")
+    ctx.set_output("Out", x.shape, x.dtype, 0)
+
+
+@op("similarity_focus", inputs="X", outputs="Out", attrs={"axis": 0, "indexes": Attr("ints", [])},
+    infer_shape=_similarity_focus_shape, grad=None)
+def similarity_focus(ctx):
+    """A 0/1 mask of X's shape: for each instance and each of ``indexes`` along ``axis``, the 2-D
+    slice's entries taken greedily from the largest, skipping any whose row or column is already
+    taken, until every row or every column is; their positions are 1 at every index along ``axis``."""
+    x, axis = ctx.input("X"), ctx.attr("axis")
+    moved = jnp.moveaxis(x, axis, 1)                         # [B, A, R, C]
+    rows, cols = moved.shape[2], moved.shape[3]
+
+    def focus(mat):                                          # [R, C] -> 0/1 [R, C]
+        def step(_, state):
+            free, picked = state
+            flat = jnp.argmax(jnp.where(free, mat, -jnp.inf).reshape(-1))
+            r, c = flat // cols, flat % cols
+            free = free & (jnp.arange(rows)[:, None] != r) & (jnp.arange(cols)[None, :] != c)
+            return free, picked.at[r, c].set(True)
+
+        init = (jnp.ones((rows, cols), bool), jnp.zeros((rows, cols), bool))
+        return lax.fori_loop(0, min(rows, cols), step, init)[1]
+
+    mask = jnp.zeros((moved.shape[0], rows, cols), bool)
+    for index in ctx.attr("indexes"):
+        mask = mask | jax.vmap(focus)(moved[:, index].astype(jnp.float32 if x.dtype != jnp.float64 else x.dtype))
+    out = jnp.broadcast_to(mask[:, None], moved.shape).astype(x.dtype)
+    return {"Out": jnp.moveaxis(out, 1, axis)}

@@ -213,3 +213,58 @@ def sequence_concat(ctx):
 
 
 lod_aware("sequence_pool", "sequence_softmax", "sequence_reverse", "sequence_expand_as", "sequence_concat", "mean")
+
+
+# -- Fluid 1.x: position encoding and scattering by sequence ----------------------------------------
+def _add_position_encoding_shape(ctx: InferShapeContext) -> None:
+    x = ctx.input("X")
+    ctx.check(x.ndim in (2, 3) and (x.shape[-1] < 0 or x.shape[-1] % 2 == 0),
+              f"add_position_encoding needs X [N, M, P] or a LoD [T, P] with an even P, got {x.shape}")
+    ctx.check(x.ndim == 3 or x.lod_level >= 1, "a 2-D X of add_position_encoding must be a LoD tensor")
+    ctx.set_output("Out", x.shape, x.dtype, x.lod_level)
+
+
+@op("add_position_encoding", inputs="X", outputs="Out", attrs={"alpha": 1.0, "beta": 1.0},
+    infer_shape=_add_position_encoding_shape)
+def add_position_encoding(ctx):
+    """X * alpha + beta * the sinusoid encoding of each row's position j (in its sequence, or along
+    dim 1 of a dense [N, M, P] X): sin(j / 10000^(k / (P/2 - 1))) in the first half of the
+    features, cos in the second."""
+    x = ctx.input("X")
+    data = x.data if x.__class__ is LoDValue else x
+    half = data.shape[-1] // 2
+    if x.__class__ is LoDValue:
+        offsets = x.offsets[-1]
+        rows = jnp.arange(data.shape[0], dtype=offsets.dtype)
+        pos = rows - offsets[jnp.minimum(x.segment_ids(), offsets.shape[0] - 2)]
+    else:
+        pos = jnp.arange(data.shape[1])
+    k = jnp.arange(half, dtype=jnp.float64 if data.dtype == jnp.float64 else jnp.float32)
+    scale = jnp.power(10000.0, k / (half - 1)) if half > 1 else jnp.full((half,), 10000.0, k.dtype)
+    val = pos.astype(k.dtype)[:, None] / scale
+    enc = jnp.concatenate([jnp.sin(val), jnp.cos(val)], -1).astype(data.dtype)
+    out = data * ctx.attr("alpha") + enc * ctx.attr("beta")
+    return {"Out": LoDValue(out, x.offsets) if x.__class__ is LoDValue else out}
+
+
+def _sequence_scatter_shape(ctx: InferShapeContext) -> None:
+    x, ids, upd = ctx.input("X"), ctx.input("Ids"), ctx.input("Updates")
+    ctx.check(ids.lod_level >= 1 and upd.lod_level >= 1, "sequence_scatter's Ids and Updates must be LoD tensors")
+    ctx.check(x.ndim == 2, f"sequence_scatter needs a 2-D X, got {x.shape}")
+    ctx.set_output("Out", x.shape, x.dtype, 0)
+
+
+@op("sequence_scatter", inputs="X Ids Updates", outputs="Out", infer_shape=_sequence_scatter_shape,
+    no_grad_inputs=["Ids"])
+def sequence_scatter(ctx):
+    """Out = X, then for sequence i of Ids/Updates: Out[i, Ids[j]] += Updates[j] for each row j of it."""
+    x, ids, upd = ctx.input("X"), ctx.input("Ids"), ctx.input("Updates")
+    seg = ids.segment_ids()
+    real = seg < ids.offsets[-1].shape[0] - 1
+    cols = ids.data.reshape(-1).astype(jnp.int32)
+    vals = jnp.where(real, upd.data.reshape(-1), jnp.zeros((), upd.data.dtype))
+    rows = jnp.where(real, seg, x.shape[0])          # padding rows fall outside and are dropped
+    return {"Out": x.at[rows, cols].add(vals.astype(x.dtype), mode="drop")}
+
+
+lod_aware("add_position_encoding", "sequence_scatter")

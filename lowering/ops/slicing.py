@@ -413,3 +413,20 @@ def pad2d(ctx):
     if mode == "constant":
         return {"Out": jnp.pad(x, widths, constant_values=jnp.asarray(ctx.attr("pad_value"), x.dtype))}
     return {"Out": jnp.pad(x, widths, mode=mode)}
+
+
+def _pad_constant_like_shape(ctx: InferShapeContext) -> None:
+    x, y = ctx.input("X"), ctx.input("Y")
+    ctx.check(x.ndim == y.ndim and all(a < 0 or b < 0 or a >= b for a, b in zip(x.shape, y.shape)),
+              f"pad_constant_like needs Y {y.shape} no larger than X {x.shape} in every dim")
+    ctx.set_output("Out", x.shape, y.dtype, 0)
+
+
+# Fluid 1.x's op (Paddle 2.6 no longer registers it).
+@op("pad_constant_like", inputs="X Y", outputs="Out", attrs={"pad_value": 0.0},
+    infer_shape=_pad_constant_like_shape, no_grad_inputs=["X"])
+def pad_constant_like(ctx):
+    """Y padded at the end of every dim with ``pad_value`` to X's shape (X gives only the shape)."""
+    x, y = ctx.input("X"), ctx.input("Y")
+    widths = [(0, a - b) for a, b in zip(x.shape, y.shape)]
+    return {"Out": jnp.pad(y, widths, constant_values=jnp.asarray(ctx.attr("pad_value"), y.dtype))}
