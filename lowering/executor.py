@@ -331,10 +331,9 @@ class Executor:
         ``interrupt.py``): undonated, in a worker thread while the main thread waits in short
         slices; an exception from a signal handler abandons the run (its loops end at their next
         poll) and leaves the scope as it was. Returns the step's outputs, ready."""
-        token = interrupt.new_token()
-        args = args[:4] + (np.array([token, flags.max_while_iterations], np.int32),)
         box: dict = {}
-        done = threading.Event()
+        done = threading.Lock()       # released by the worker (a lock's wait, unlike an Event's, a
+        done.acquire()                # Ctrl-C cannot turn into "RuntimeError: release unlocked lock")
         device = self._device
 
         def work():
@@ -349,18 +348,27 @@ class Executor:
                 box["exc"] = exc
             finally:
                 box["hits"] = interrupt.finished(token)
-                done.set()
+                done.release()
 
         if threading.current_thread() is threading.main_thread():
-            interrupt.workers.submit(work)
+            token = None
             try:
-                while not done.wait(0.05):
+                # The token is registered and its job queued at once: a Ctrl-C in between left the
+                # token in flight for good (nothing ran, finished or cancelled it).
+                with deferred_signals():
+                    token = interrupt.new_token()
+                    args = args[:4] + (np.array([token, flags.max_while_iterations], np.int32),)
+                    interrupt.workers.submit(work)
+                while not done.acquire(timeout=0.05):
                     pass
             except BaseException:
-                interrupt.cancel(token)   # the worker's loops end at their next poll; nothing is committed
-                done.wait(0.5)            # (usually within milliseconds; the abandoned run goes on otherwise)
+                if token is not None:
+                    interrupt.cancel(token)   # the worker's loops end at their next poll; nothing is committed
+                    done.acquire(timeout=0.5)  # (usually within milliseconds; the abandoned run goes on otherwise)
                 raise
         else:                             # signals reach the main thread only: nothing to wait for
+            token = interrupt.new_token()
+            args = args[:4] + (np.array([token, flags.max_while_iterations], np.int32),)
             work()
         if "exc" in box:
             exc = box["exc"]

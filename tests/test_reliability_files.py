@@ -659,3 +659,41 @@ def test_ctrl_c_just_after_a_temporary_is_registered_leaves_no_stray(tmp_path, m
     strays = [f for f in os.listdir(ckpt) if f.endswith(".tmp")]
     assert not strays, strays
     assert not atomic._active, atomic._active
+
+
+def test_ctrl_c_just_after_a_save_commits_its_manifest_finishes_the_save(tmp_path, monkeypatch):
+    """A Ctrl-C handled just after the manifest's rename (the instant a save into a directory
+    exists) came before the save knew it had committed: ``abort`` deleted the temporaries the new
+    manifest names as the files' content, and the directory held the old files under the new
+    save's checksums. One later, between the renames, left the targets part old (what Paddle
+    reads) and temporaries beside them until the next save. The save now finishes first (found by
+    the DynamicRNN soak, whose last save was such a one)."""
+    from fluidjax.frontend.io import atomic
+
+    main, exe, scope = _trained(tmp_path)
+    ckpt = str(tmp_path / "ckpt")
+    fio.save_persistables(exe, ckpt, main_program=main, scope=scope)
+    first = _key(_state(main, scope))
+    exe.run(main, feed=_batch(seed=1), scope=scope)           # a second step: the save to come differs
+    assert _key(_state(main, scope)) != first
+    real, fired = atomic.fsync_dir, []
+
+    def fsync_then_ctrl_c(folder):
+        real(folder)
+        if not fired:                       # the first: right after the manifest's rename
+            fired.append(folder)
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(atomic, "fsync_dir", fsync_then_ctrl_c)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fio.save_persistables(exe, ckpt, main_program=main, scope=scope)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert fired
+    strays = [f for f in os.listdir(ckpt) if f.endswith(".tmp")]
+    assert not strays, strays
+    loaded = fj.Scope()
+    fio.load_persistables(exe, ckpt, main_program=main, scope=loaded)
+    assert _key(_state(main, loaded)) == _key(_state(main, scope))

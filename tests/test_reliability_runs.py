@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import weakref
 
@@ -442,17 +443,7 @@ def test_max_while_iterations_is_a_typed_error_naming_the_op_and_the_bound():
 
 
 def test_a_bounded_while_still_runs_and_trains_with_the_guard_on():
-    main, startup = fj.Program(), fj.Program()
-    with fj.program_guard(main, startup):
-        x = layer.data("x", dims=[2])
-        loss = layer.mean(layer.fc(x, 2))
-        fj.optimizer.SGD(0.1).minimize(loss)
-        i = layer.fill_constant([1], "int64", 0)
-        n = layer.fill_constant([1], "int64", 50)
-        i, = layer.while_loop(lambda i: i < n, lambda i: [layer.increment(i)], [i])
-    exe, scope = fj.Executor(), fj.Scope()
-    exe.run(startup, scope=scope)
-    feed = {"x": np.ones((3, 2), np.float32)}
+    main, exe, scope, feed, (loss, i) = _bounded_while()
     first = exe.run(main, feed=feed, fetch_list=[loss, i], scope=scope)
     second = exe.run(main, feed=feed, fetch_list=[loss, i], scope=scope)
     assert int(first[1][0]) == 50 and float(second[0]) < float(first[0])
@@ -557,3 +548,85 @@ def test_a_second_ctrl_c_while_the_first_is_annotated_says_the_run_committed(mon
     assert any(COMMITTED_NOTE in n for n in getattr(err.value, "__notes__", ())), "no note: the run looks undone"
     after = _state(main, scope)
     assert any(not np.array_equal(before[n], after[n]) for n in before)       # and it did commit
+
+
+# -- Ctrl-C on the interruptible path of a step with a while (found by the DynamicRNN soak) ------------
+def _bounded_while():
+    """A step that trains and runs a 50-iteration while: (main, exe, scope, feed, [loss, i]), run once."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", dims=[2])
+        loss = layer.mean(layer.fc(x, 2))
+        fj.optimizer.SGD(0.1).minimize(loss)
+        i = layer.fill_constant([1], "int64", 0)
+        n = layer.fill_constant([1], "int64", 50)
+        i, = layer.while_loop(lambda i: i < n, lambda i: [layer.increment(i)], [i])
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": np.ones((3, 2), np.float32)}
+    fetch = [loss, i]                                             # (the loop is not pruned)
+    exe.run(main, feed=feed, fetch_list=fetch, scope=scope)      # compiled; a worker thread is idle
+    return main, exe, scope, feed, fetch
+
+
+def _interrupted_once(monkeypatch, owner, name, main_thread_only=False):
+    """Patch ``owner.name`` so that its first call (on the main thread) is followed by a Ctrl-C,
+    handled as a signal handler is: right after the call returns."""
+    real, fired = getattr(owner, name), []
+
+    def then_ctrl_c(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if not fired and (not main_thread_only or threading.current_thread() is threading.main_thread()):
+            fired.append(name)
+            signal.raise_signal(signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(owner, name, then_ctrl_c)
+    return fired
+
+
+@pytest.mark.parametrize("where", ["as the token is registered", "inside the wait"])
+def test_ctrl_c_in_the_setup_or_the_wait_of_an_interruptible_run_is_clean(monkeypatch, where):
+    """A Ctrl-C just after the run's token was registered (before its job was queued) left the
+    token in flight for good: nothing ran, finished or cancelled it (``interrupt.running()`` never
+    fell back to 0, and exit waited 5 s). One handled inside ``Event.wait``, just after its
+    condition released its lock, came out as ``RuntimeError: release unlocked lock`` instead of
+    the ``KeyboardInterrupt``. Either way the run must raise the ``KeyboardInterrupt``, without
+    the committed note, leave the scope as it was and no run in flight."""
+    from fluidjax.lowering import interrupt
+
+    main, exe, scope, feed, fetch = _bounded_while()
+    before = _state(main, scope)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if where == "as the token is registered":
+            fired = _interrupted_once(monkeypatch, interrupt, "new_token")
+        else:
+            # The exact moment in a Condition's wait (an Event's), and otherwise a Ctrl-C sent from
+            # the worker just before it reports the run finished, while the main thread waits.
+            fired = _interrupted_once(monkeypatch, threading.Condition, "_release_save", main_thread_only=True)
+            real_finished, main_ident = interrupt.finished, threading.main_thread().ident
+
+            def ctrl_c_then_finished(token):
+                if not fired:
+                    fired.append("finished")
+                    signal.pthread_kill(main_ident, signal.SIGINT)
+                    time.sleep(0.2)
+                return real_finished(token)
+
+            monkeypatch.setattr(interrupt, "finished", ctrl_c_then_finished)
+        with pytest.raises(KeyboardInterrupt) as err:
+            exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
+        monkeypatch.undo()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert fired
+    assert not any(COMMITTED_NOTE in n for n in getattr(err.value, "__notes__", ()))
+    after = _state(main, scope)
+    assert all(np.array_equal(before[n], after[n]) for n in before)
+    deadline = time.monotonic() + 5
+    while interrupt.running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert interrupt.running() == 0, "a run left in flight"
+    assert int(exe.run(main, feed=feed, fetch_list=fetch, scope=scope)[1][0]) == 50   # the next run is normal
+    assert any(not np.array_equal(after[n], v) for n, v in _state(main, scope).items())

@@ -54,6 +54,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...ir.errors import FluidJaxError, TensorFormatError
+from ...lowering.signals import deferred_signals
 
 __all__ = ["AtomicFiles", "MANIFEST_NAME", "read_verified", "ManifestCheck", "temp_name", "fsync_dir"]
 
@@ -405,18 +406,23 @@ class AtomicFiles:
                     entries[_rel(self._root, item["path"])] = {
                         "size": item["size"], "crc32": item["crc32"], "ino": item["ino"],
                         "mtime_ns": item["mtime_ns"], "pending": _rel(self._root, item["tmp"])}
-                _write_manifest(self._root, entries)   # the instant the new save exists
-                self._committed = True
-            folders = set()
-            for item in self._pending:
-                os.replace(item["tmp"], item["path"])
-                folders.add(os.path.dirname(item["path"]))
-            for folder in folders:
-                fsync_dir(folder)
-            if self._committed:
-                for entry in entries.values():
-                    entry.pop("pending", None)
-                _write_manifest(self._root, entries)
+            # From the manifest's rename to the last one a Ctrl-C waits (as a run's commit does):
+            # one between that rename and ``_committed`` made abort() delete the temporaries the
+            # new manifest names, and one later left the targets part old until the next save.
+            with deferred_signals():
+                if self._root is not None and self._pending:
+                    _write_manifest(self._root, entries)   # the instant the new save exists
+                    self._committed = True
+                folders = set()
+                for item in self._pending:
+                    os.replace(item["tmp"], item["path"])
+                    folders.add(os.path.dirname(item["path"]))
+                for folder in folders:
+                    fsync_dir(folder)
+                if self._committed:
+                    for entry in entries.values():
+                        entry.pop("pending", None)
+                    _write_manifest(self._root, entries)
         finally:
             self._finish()
 
