@@ -32,6 +32,7 @@ from .vision_layers import *  # noqa: E402,F401,F403
 from .detection_layers import *  # noqa: E402,F401,F403
 from .creation_layers import *  # noqa: E402,F401,F403
 from .feature_layers import *  # noqa: E402,F401,F403
+from .host_layers import *  # noqa: E402,F401,F403
 from .loss_layers import *  # noqa: E402,F401,F403
 from .py_reader import *  # noqa: E402,F401,F403
 

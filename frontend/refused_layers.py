@@ -28,9 +28,7 @@ REFUSED: dict[str, str] = {
     "merge_selected_rows": _SELECTED_ROWS,
     "get_tensor_from_selected_rows": _SELECTED_ROWS,
     # Python and file access inside a compiled step
-    "py_func": "running Python inside a compiled step (its ops are lowered to one XLA computation)",
     "load": "the `load` op (reading a file inside a program); use fluid.io.load_vars / load_params",
-    "Print": "the `print` op (printing from inside a compiled step); fetch the variable instead",
     # sampling losses and CTR ops
     "nce": _SAMPLED,
     "hsigmoid": "hierarchical sigmoid (its custom-tree path tables are CPU-kernel specific)",

@@ -12,3 +12,4 @@ from . import (activation, beam_search, concat_split, conditional, conv, crf, de
 from . import ctc  # noqa: F401,E402  (warpctc, ctc_align)
 from . import averaging, optimizer_adaptive  # noqa: F401,E402  (Fluid 1.x's optimizers and ModelAverage)
 from . import loss_scaling  # noqa: F401,E402  (mixed precision: fj.amp's dynamic loss scaling)
+from . import callback  # noqa: F401,E402  (print, py_func: Python on the host during a run)
