@@ -33,6 +33,7 @@ from .detection_layers import *  # noqa: E402,F401,F403
 from .creation_layers import *  # noqa: E402,F401,F403
 from .feature_layers import *  # noqa: E402,F401,F403
 from .host_layers import *  # noqa: E402,F401,F403
+from .distributions import *  # noqa: E402,F401,F403
 from .loss_layers import *  # noqa: E402,F401,F403
 from .py_reader import *  # noqa: E402,F401,F403
 

@@ -49,8 +49,6 @@ REFUSED: dict[str, str] = {
     **{name: _UNWRITTEN for name in (
         "inplace_abn", "multiclass_nms", "generate_proposals")},
     "IfElse": "Fluid's IfElse (row-splitting true/false blocks); use layers.cond, layers.case or layers.Switch",
-    **{name: "fluid.layers' probability distributions (sample, entropy, log_prob, kl_divergence) are not written"
-       for name in ("Uniform", "Normal", "Categorical", "MultivariateNormalDiag")},
     "SampleEmbeddingHelper": ("a decoder helper that samples inside the decoding loop is not written "
                               "(GreedyEmbeddingHelper and TrainingHelper are offered)"),
     "dynamic_lstmp": ("the lstmp op (LSTM with a recurrent projection) is not implemented; Paddle 2.6 has no "

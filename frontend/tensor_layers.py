@@ -348,15 +348,27 @@ def cast(x: Variable, dtype) -> Variable:
     return out
 
 
-def assign(input: Variable, output: Variable | None = None) -> Variable:
-    """A copy of ``input`` (into ``output`` when given).
+_VALUE_SLOTS = {"bool": "bool_values", "int32": "int32_values", "int64": "int64_values", "float32": "fp32_values",
+                "float64": "fp64_values"}
 
-    Only Variables: a NumPy array would need Paddle's ``assign_value`` op, which fluidjax does
-    not register yet (use ``fill_constant`` for a constant).
-    """
+
+def _assign_value(value, output: Variable | None) -> Variable:
+    arr = np.asarray(value)
+    if arr.dtype.name not in _VALUE_SLOTS:
+        raise TypeError(f"assign: a NumPy value must be bool, int32, int64, float32 or float64, got {arr.dtype}")
+    helper = LayerHelper("assign")
+    out = output if output is not None else helper.create_tmp(arr.dtype.name, stop_gradient=True)
+    values = arr.reshape(-1).astype(int if arr.dtype == bool else arr.dtype).tolist()
+    helper.append_op("assign_value", {}, {"Out": out},
+                     {"shape": list(arr.shape), "dtype": _dtype_enum(arr.dtype.name), _VALUE_SLOTS[arr.dtype.name]: values})
+    return out
+
+
+def assign(input: Variable, output: Variable | None = None) -> Variable:
+    """A copy of ``input`` (into ``output`` when given); a NumPy array (or list) becomes Paddle's
+    ``assign_value`` op holding its values (bool, int32, int64, float32 or float64)."""
     if not isinstance(input, Variable):
-        raise TypeError("assign: input must be a Variable; assigning NumPy arrays (Paddle's assign_value op) "
-                        "is not supported yet — use fill_constant for a constant tensor")
+        return _assign_value(input, output)
     helper = LayerHelper("assign")
     out = output if output is not None else helper.create_tmp(input.dtype)
     helper.append_op("assign", {"X": input}, {"Out": out})
