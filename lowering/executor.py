@@ -364,7 +364,8 @@ class Executor:
             except BaseException:
                 if token is not None:
                     interrupt.cancel(token)   # the worker's loops end at their next poll; nothing is committed
-                    done.acquire(timeout=0.5)  # (usually within milliseconds; the abandoned run goes on otherwise)
+                    if "hits" not in box:     # (set before done is released: this thread may hold done)
+                        done.acquire(timeout=0.5)  # (usually within milliseconds; the run goes on otherwise)
                 raise
         else:                             # signals reach the main thread only: nothing to wait for
             token = interrupt.new_token()
