@@ -32,7 +32,7 @@ from .math_layers import equal, logical_and, logical_not, logical_or, scale, sum
 from .tensor_layers import assign, cast, fill_constant
 
 __all__ = ["cond", "while_loop", "switch_case", "case", "increment", "is_empty", "create_array", "array_write",
-           "array_read", "array_length", "While", "Switch"]
+           "array_read", "array_length", "While", "Switch", "IfElse"]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -554,3 +554,98 @@ class Switch:
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.inside_scope = False
         return False
+
+
+class IfElse:
+    """Fluid 1.x's row-splitting conditional. ``cond`` is a bool [N, 1]; inside
+    ``with ie.true_block():`` ``ie.input(x)`` is the rows of ``x`` where ``cond`` holds (in
+    ``false_block``, where it does not), and ``ie.output(*vars)`` names the branch's results;
+    ``ie()`` merges each true/false pair back into N rows (``merge_lod_tensor``).
+
+    Fluid ran each branch in a ``conditional_block`` that runs whenever ``cond`` has elements, that
+    is always; here the branches' ops go into the enclosing block, between the
+    ``split_lod_tensor`` that makes their inputs and the ``merge_lod_tensor`` that joins their
+    outputs, which computes the same values (a branch with no rows computes on none).
+    """
+
+    OUT_IF_ELSE_BLOCKS, IN_IF_ELSE_TRUE_BLOCKS, IN_IF_ELSE_FALSE_BLOCKS = 0, 1, 2
+
+    def __init__(self, cond: Variable, name: str | None = None):
+        if not isinstance(cond, Variable):
+            raise TypeError("IfElse: cond must be a Variable")
+        if name is not None and not isinstance(name, str):
+            raise TypeError("IfElse: name must be a str or None")
+        self.helper = LayerHelper("ifelse", name)
+        self.cond = cond
+        self.input_table: dict[int, tuple[Variable, Variable]] = {}
+        self.status = IfElse.OUT_IF_ELSE_BLOCKS
+        self.output_table: tuple[list, list] = ([], [])      # (false outputs, true outputs), as Fluid's
+
+    def input(self, x: Variable) -> Variable:
+        """This branch's rows of ``x`` (one ``split_lod_tensor`` per input, shared by both branches)."""
+        if self.status == IfElse.OUT_IF_ELSE_BLOCKS:
+            raise ValueError("IfElse.input must be called inside true_block() or false_block()")
+        if id(x) not in self.input_table:
+            block = self.helper.block
+            pair = tuple(block.create_var(unique_name.generate(f"ifelse_input{self.helper.name}"), (), x.dtype)
+                         for _ in range(2))
+            self.helper.append_op("split_lod_tensor", {"X": x, "Mask": self.cond},
+                                  {"OutTrue": pair[0], "OutFalse": pair[1]}, {"level": 0})
+            self.input_table[id(x)] = pair
+        out_true, out_false = self.input_table[id(x)]
+        return out_true if self.status == IfElse.IN_IF_ELSE_TRUE_BLOCKS else out_false
+
+    def _guard(self, is_true: bool):
+        ie = self
+
+        class _Guard:
+            def __enter__(self):
+                if ie.status != IfElse.OUT_IF_ELSE_BLOCKS:
+                    raise ValueError("IfElse: blocks cannot nest")
+                ie.status = IfElse.IN_IF_ELSE_TRUE_BLOCKS if is_true else IfElse.IN_IF_ELSE_FALSE_BLOCKS
+                return ie
+
+            def __exit__(self, *exc):
+                ie.status = IfElse.OUT_IF_ELSE_BLOCKS
+                return False
+
+        return _Guard()
+
+    def true_block(self):
+        """``with ie.true_block():`` the branch of the rows where ``cond`` holds."""
+        return self._guard(True)
+
+    def false_block(self):
+        """``with ie.false_block():`` the branch of the other rows."""
+        return self._guard(False)
+
+    def output(self, *outs: Variable) -> None:
+        """The branch's results, in the order ``ie()`` pairs them with the other branch's."""
+        if self.status == IfElse.OUT_IF_ELSE_BLOCKS:
+            raise ValueError("IfElse.output can only be called inside true_block() or false_block()")
+        table = self.output_table[1 if self.status == IfElse.IN_IF_ELSE_TRUE_BLOCKS else 0]
+        for each in outs:
+            if not isinstance(each, Variable):
+                raise TypeError("IfElse.output takes Variables")
+            outside = self.helper.block.create_var(unique_name.generate(f"{self.helper.name}_output"), (),
+                                                   each.dtype)
+            table.append(assign(each, outside))
+
+    def __call__(self) -> list:
+        """The merged outputs: one variable of N rows per output pair."""
+        if self.status != IfElse.OUT_IF_ELSE_BLOCKS:
+            raise ValueError("IfElse() must be called outside its blocks")
+        false_len, true_len = map(len, self.output_table)
+        if false_len == 0 and true_len == 0:
+            raise ValueError("IfElse: call true_block() / false_block() (with outputs) before IfElse()")
+        if false_len != true_len and false_len and true_len:
+            raise ValueError("IfElse: both branches must give the same number of outputs")
+        if not false_len or not true_len:
+            return self.output_table[0 if false_len else 1]
+        merged = []
+        for false_var, true_var in zip(*self.output_table):
+            out = self.helper.create_tmp(true_var.dtype)
+            self.helper.append_op("merge_lod_tensor", {"X": self.cond, "Mask": self.cond, "InTrue": true_var,
+                                                       "InFalse": false_var}, {"Out": out}, {"level": 0})
+            merged.append(out)
+        return merged

@@ -48,7 +48,6 @@ REFUSED: dict[str, str] = {
     # neither an op nor a composition of ops written yet
     **{name: _UNWRITTEN for name in (
         "inplace_abn", "multiclass_nms", "generate_proposals")},
-    "IfElse": "Fluid's IfElse (row-splitting true/false blocks); use layers.cond, layers.case or layers.Switch",
     "SampleEmbeddingHelper": ("a decoder helper that samples inside the decoding loop is not written "
                               "(GreedyEmbeddingHelper and TrainingHelper are offered)"),
     "dynamic_lstmp": ("the lstmp op (LSTM with a recurrent projection) is not implemented; Paddle 2.6 has no "

@@ -16,9 +16,12 @@ from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, grad_rule
 from ..checks import all_ok, index_inputs
+from ..lod_value import LoDValue
 from ..lower import CHECKS, lod_aware
 from ._control import (_cotangents, _given, _keep_declared, _restore, _same_structure, _scope, _strong, _tree_map,
                        _truth, _where, _zeros)
+from ._errors import _fail
+from .search import ragged
 from .tensor_array import TensorArray, _diffable, _fit_cotangent, _leaf, _put, _with_leaves
 
 
@@ -224,3 +227,91 @@ def select_output(ctx):
 @index_inputs("select_input")
 def _(attr, shape):
     return []      # Mask is clamped into range (its count is the number of X inputs, not a shape)
+
+
+# -- Fluid 1.x's IfElse: rows split by a mask and merged back -------------------------------------
+def _rows(value):
+    return value.data if value.__class__ is LoDValue else value
+
+
+def _mask_rows(ctx, mask, n: int):
+    m = _rows(mask).reshape(-1)
+    if m.shape[0] != n:
+        _fail(ctx, f"Mask has {m.shape[0]} entries for {n} rows")
+    return m.astype(bool)
+
+
+def _split_lod_tensor_shape(ctx: InferShapeContext) -> None:
+    x, mask = ctx.input("X"), ctx.input("Mask")
+    ctx.check(x.lod_level == 0, "split_lod_tensor of a LoD tensor (splitting sequences) is not supported: "
+                                "fluidjax splits the rows of a dense tensor")
+    ctx.check(mask.ndim == 2 and mask.shape[1] in (1, -1), f"Mask must be [N, 1], got {mask.shape}")
+    for slot in ("OutTrue", "OutFalse"):
+        ctx.set_output(slot, (-1,) + tuple(x.shape[1:]), x.dtype, 0)
+
+
+def _split_grad_maker(op, out_grads, in_grads):
+    # Paddle's: the gradient of a split is the merge of the parts' gradients (and the reverse).
+    inputs = {"X": op.inputs["X"], "Mask": op.inputs["Mask"]}
+    for slot, part in (("InTrue", "OutTrue"), ("InFalse", "OutFalse")):
+        if any(n != EMPTY_VAR_NAME for n in out_grads.get(part, [])):
+            inputs[slot] = out_grads[part]
+    return [("merge_lod_tensor", inputs, {"Out": in_grads["X"]}, dict(op.attrs))]
+
+
+def _merge_grad_maker(op, out_grads, in_grads):
+    return [("split_lod_tensor", {"X": out_grads["Out"], "Mask": op.inputs["Mask"]},
+             {"OutTrue": in_grads.get("InTrue") or [EMPTY_VAR_NAME], "OutFalse": in_grads.get("InFalse") or [EMPTY_VAR_NAME]},
+             dict(op.attrs))]
+
+
+@op("split_lod_tensor", inputs="X Mask", outputs="OutTrue OutFalse", attrs={"level": 0},
+    infer_shape=_split_lod_tensor_shape, no_grad_inputs=["Mask"], grad_maker=_split_grad_maker)
+def split_lod_tensor(ctx):
+    """The rows of X where Mask [N, 1] is true (OutTrue) and where it is false (OutFalse), in order.
+    Their counts depend on the data: each is padded to N rows and carries its count (a ragged
+    value, docs/ops_data_dependent.md)."""
+    x = _rows(ctx.input("X"))          # a counted value (a merge's result, its gradient): its rows
+    n = x.shape[0]
+    m = _mask_rows(ctx, ctx.input("Mask"), n)
+    out = {}
+    for slot, keep in (("OutTrue", m), ("OutFalse", ~m)):
+        (pos,) = jnp.nonzero(keep, size=n, fill_value=n - 1 if n else 0)
+        count = jnp.sum(keep)
+        rows = jnp.where((jnp.arange(n) < count).reshape((n,) + (1,) * (x.ndim - 1)), x[pos], jnp.zeros((), x.dtype))
+        out[slot] = ragged(rows, count)
+    return out
+
+
+def _merge_lod_tensor_shape(ctx: InferShapeContext) -> None:
+    mask, t, f = ctx.input("Mask"), ctx.input("InTrue"), ctx.input("InFalse")
+    t, f = t or f, f or t                     # a gradient's merge may lack one part (zeros)
+    ctx.check(t.shape[1:] == f.shape[1:] or any(d < 0 for d in t.shape[1:] + f.shape[1:]),
+              f"InTrue {t.shape} and InFalse {f.shape} must have the same row shape")
+    ctx.check(t.dtype == f.dtype, f"InTrue is {t.dtype} but InFalse is {f.dtype}")
+    ctx.set_output("Out", (mask.shape[0],) + tuple(t.shape[1:]), t.dtype, 0)
+
+
+@op("merge_lod_tensor", inputs="X Mask InTrue? InFalse?", outputs="Out", attrs={"level": 0},
+    infer_shape=_merge_lod_tensor_shape, no_grad_inputs=["X", "Mask"], grad_maker=_merge_grad_maker)
+def merge_lod_tensor(ctx):
+    """The rows of InTrue and InFalse put back where Mask [N, 1] is true and false: row i is the
+    next unused row of InTrue when Mask[i], else of InFalse (split_lod_tensor's inverse)."""
+    mask = ctx.input("Mask")
+    t, f = ctx.input("InTrue"), ctx.input("InFalse")
+    t, f = _rows(t if t is not None else f), _rows(f if f is not None else t)
+    if ctx.input("InTrue") is None or ctx.input("InFalse") is None:      # a gradient's missing part
+        t = t if ctx.input("InTrue") is not None else jnp.zeros_like(t)
+        f = f if ctx.input("InFalse") is not None else jnp.zeros_like(f)
+    n = _rows(mask).reshape(-1).shape[0]
+    m = _mask_rows(ctx, mask, n)
+    it = jnp.clip(jnp.cumsum(m) - 1, 0, max(t.shape[0] - 1, 0))
+    jf = jnp.clip(jnp.cumsum(~m) - 1, 0, max(f.shape[0] - 1, 0))
+    pick_t = t[it] if t.shape[0] else jnp.zeros((n,) + t.shape[1:], t.dtype)
+    pick_f = f[jf] if f.shape[0] else jnp.zeros((n,) + f.shape[1:], f.dtype)
+    # every one of the N rows is real: said explicitly, or the lowering would give the result the
+    # row count of the (counted) InTrue it read
+    return {"Out": ragged(jnp.where(m.reshape((n,) + (1,) * (t.ndim - 1)), pick_t, pick_f), n)}
+
+
+lod_aware("split_lod_tensor", "merge_lod_tensor")

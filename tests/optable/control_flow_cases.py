@@ -49,3 +49,49 @@ CASES = [
     *[Case(op_type, check=_check_arrays) for op_type in
       ("write_to_array", "read_from_array", "lod_array_length", "tensor_array_to_tensor")],
 ]
+
+
+# Fluid 1.x's IfElse ops (split_lod_tensor / merge_lod_tensor) against Paddle 2.6.2's kernels.
+_IFELSE_MASK = np.array([[True], [False], [False], [True], [True], [False], [True]])
+
+
+def _check_split(case):
+    """Both parts against Paddle's kernel; the parts' row counts depend on the data (their build
+    shape is [-1, ...]); the gradient (a merge of the parts' gradients) against NumPy."""
+    import fluidjax as fj
+    import paddle_oracle as po
+
+    x = case.inputs["X"]
+    main = fj.Program()
+    block = main.global_block()
+    xv = block.create_var("x", x.shape, str(x.dtype))
+    xv.stop_gradient = False
+    mv = block.create_var("mask", (7, 1), "bool")
+    t, f = block.create_var("t", (), str(x.dtype)), block.create_var("f", (), str(x.dtype))
+    block.append_op("split_lod_tensor", {"X": xv, "Mask": mv}, {"OutTrue": t, "OutFalse": f}, {"level": 0})
+    assert t.shape == (-1,) + x.shape[1:] and f.shape == (-1,) + x.shape[1:]
+    feed = {"x": x, "mask": _IFELSE_MASK}
+    theirs = po.run(main.serialize(), feed, ["t", "f"])
+    w = block.create_var("w", (), str(x.dtype))
+    s = block.create_var("s", (), str(x.dtype))
+    block.append_op("scale", {"X": t}, {"Out": w}, {"scale": 3.0})
+    block.append_op("mean", {"X": w}, {"Out": s})           # mean counts the real rows only
+    fj.append_backward(s)
+    ours = fj.Executor().run(main, feed=feed, fetch_list=["t", "f", "x@GRAD"], scope=fj.Scope())
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ours[0], x[_IFELSE_MASK[:, 0]])
+    expected = np.where(_IFELSE_MASK.reshape((7,) + (1,) * (x.ndim - 1)), 3.0 / ours[0].size, 0.0)
+    np.testing.assert_allclose(ours[2], np.broadcast_to(expected, x.shape), rtol=1e-6)
+
+
+CASES += [
+    Case("split_lod_tensor", {"X": rand(7, 3), "Mask": _IFELSE_MASK}, check=_check_split),
+    Case("split_lod_tensor", {"X": rand(7, 2, 2, dtype="float64"), "Mask": _IFELSE_MASK}, check=_check_split,
+         name="f64"),
+    Case("merge_lod_tensor", {"X": rand(7, 1), "Mask": _IFELSE_MASK, "InTrue": rand(4, 3), "InFalse": rand(3, 3)},
+         grad=("InTrue", "InFalse"), batch_dims=()),
+    Case("merge_lod_tensor", {"X": rand(7, 1, dtype="float64"), "Mask": _IFELSE_MASK,
+                              "InTrue": rand(4, 2, dtype="float64"), "InFalse": rand(3, 2, dtype="float64")},
+         grad=("InTrue", "InFalse"), batch_dims=(), name="f64"),
+]
