@@ -22,10 +22,19 @@ order from the state the soak started from, recording the state after every step
 - every checkpoint must load, hold one step (every beta pow equal), and equal the replay's state
   at that step, bit for bit; checkpoints of later saves hold later (or the same) steps.
 
+With ``--model drnn`` the recurrent part is a Fluid ``DynamicRNN`` instead (embedding ->
+``DynamicRNN``: a memory and a tanh fc step -> max ``sequence_pool`` -> fc softmax -> cross
+entropy, Adam): its step holds ``while`` ops (forward and gradient), so it runs the
+interruptible path (undonated, in a worker thread the main thread waits for, loops polling their
+run's token; ``lowering/interrupt.py``), with the same faults and checks. Its loops poll from
+their first iteration (``interrupt.FIRST_CHUNK`` is 1 here, 256 in use: the short loops of a soak
+would never poll), so Ctrl-Cs stop loops at their polls; the polls that ended a cancelled loop are
+counted, and at the end no run may be left in flight.
+
 It prints one JSON line (``SOAK {...}``) with the counts and every failure found; the test
 asserts on it. A hang dumps every thread's stack (faulthandler) and exits.
 
-By hand: ``JAX_PLATFORMS=cpu python tests/soak_worker.py OUT_DIR [--runs 600] [--seed 1]``.
+By hand: ``JAX_PLATFORMS=cpu python tests/soak_worker.py OUT_DIR [--runs 600] [--seed 1] [--model drnn]``.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ import numpy as np
 
 import fluidjax as fj
 from fluidjax import layer
-from fluidjax.lowering import memory
+from fluidjax.lowering import interrupt, memory
 from fluidjax.lowering.executor import Executor
 from fluidjax.frontend.io.saved import save_vars
 from fluidjax.lowering.scope import state_lock
@@ -55,18 +64,40 @@ VOCAB, EMB, HID, CLASSES, BATCH = 50, 16, 16, 4, 8
 # sequence to 8 and 16) and a big one (rows 2,048, longest 256) that the memory cap refuses.
 SMALL = [(5, 8), (9, 12), (13, 16)]
 BIG = (200, 250)
+# The DynamicRNN model's compiles are slow (a while and its gradient, ~10 s a shape on a loaded
+# machine): one small shape (rows padded to 128, longest sequence to 16; 9 to 16 iterations).
+DRNN_SMALL = [(9, 16)]
 BIG_SHARE = 0.1
 SAVE_EVERY = 50          # the main thread saves (and is interrupted) once every this many runs
 
 
-def build():
+def gru(emb):
+    return layer.dynamic_gru(layer.fc(emb, 3 * HID), HID)
+
+
+def dynamic_rnn(emb):
+    drnn = layer.DynamicRNN()
+    with drnn.block():
+        word = drnn.step_input(emb)
+        prev = drnn.memory(shape=[HID], value=0.0)
+        hidden = layer.fc([word, prev], HID, activation="tanh")
+        drnn.update_memory(prev, hidden)
+        drnn.output(hidden)
+    return drnn()
+
+
+# --model: (the recurrent part, the small batches' sequence lengths)
+MODELS = {"gru": (gru, SMALL), "drnn": (dynamic_rnn, DRNN_SMALL)}
+
+
+def build(model: str = "gru"):
     main, startup = fj.Program(), fj.Program()
     main.random_seed = startup.random_seed = 7
     with fj.unique_name.guard(), fj.program_guard(main, startup):
         words = layer.data("words", dims=1, dtype="int64", lod_level=1)
         label = layer.data("label", dims=1, dtype="int64")
         emb = layer.embedding(words, size=[VOCAB, EMB])
-        hidden = layer.dynamic_gru(layer.fc(emb, 3 * HID), HID)
+        hidden = MODELS[model][0](emb)
         pooled = layer.sequence_pool(hidden, "max")
         prob = layer.fc(pooled, CLASSES, activation="softmax")
         loss = layer.mean(layer.cross_entropy(prob, label))
@@ -74,11 +105,11 @@ def build():
     return main, startup, loss
 
 
-def make_batch(seed: int, index: int, lengths_range=None) -> dict:
+def make_batch(seed: int, index: int, lengths_range=None, small=SMALL) -> dict:
     """Batch ``index`` of the soak: a pure function of (seed, index), so the replay feeds the same."""
     rng = np.random.default_rng([seed, index + 1000])   # warm-up batches have indices -1000..-1
     if lengths_range is None:
-        lengths_range = BIG if rng.random() < BIG_SHARE else SMALL[int(rng.integers(len(SMALL)))]
+        lengths_range = BIG if rng.random() < BIG_SHARE else small[int(rng.integers(len(small)))]
     lengths = rng.integers(lengths_range[0], lengths_range[1] + 1, BATCH)
     ids = rng.integers(0, VOCAB, (int(lengths.sum()), 1)).astype(np.int64)
     words = fj.LoDTensor(ids)
@@ -90,8 +121,8 @@ def has_note(exc) -> bool:
     return any(COMMITTED_NOTE in note for note in getattr(exc, "__notes__", ()))
 
 
-def is_big(batch) -> bool:
-    return np.asarray(batch["words"]).shape[0] > BATCH * max(hi for _, hi in SMALL)
+def is_big(batch, small=SMALL) -> bool:
+    return np.asarray(batch["words"]).shape[0] > BATCH * max(hi for _, hi in small)
 
 
 def persistables(main) -> list[str]:
@@ -101,6 +132,35 @@ def persistables(main) -> list[str]:
 def snapshot(scope, names) -> dict:
     with state_lock(scope):
         return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+
+
+def poll_counter() -> dict:
+    """Makes every loop poll from its first iteration (``interrupt.FIRST_CHUNK``, 256 in use) and
+    counts the polls, and those that ended an abandoned run's loop. Before any step is traced."""
+    interrupt.FIRST_CHUNK = 1
+    counts = {"polls": 0, "polls that ended an abandoned loop": 0}
+    lock, real = threading.Lock(), interrupt._poll
+
+    def poll(where, token, at_bound, chunk, iteration=None):
+        abandoned = int(token) in interrupt._cancelled
+        result = real(where, token, at_bound, chunk, iteration)
+        with lock:
+            counts["polls"] += 1
+            counts["polls that ended an abandoned loop"] += int(abandoned and result == 0)
+        return result
+
+    interrupt._poll = poll
+    return counts
+
+
+def raised_in(exc, code) -> bool:
+    """Whether ``exc`` was raised in (or below) a frame running ``code``."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 class Firer(threading.Thread):
@@ -158,6 +218,7 @@ def main_() -> int:
     ap.add_argument("--runs", type=int, default=600)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hang", type=float, default=400, help="seconds before a hang dumps the stacks and exits")
+    ap.add_argument("--model", choices=sorted(MODELS), default="gru", help="the recurrent part: dynamic_gru or DynamicRNN")
     opts = ap.parse_args()
     faulthandler.dump_traceback_later(opts.hang, exit=True)
     t_start = time.perf_counter()
@@ -166,7 +227,9 @@ def main_() -> int:
     counts = {"returned": 0, "interrupted after commit": 0, "interrupted before commit": 0, "refused": 0,
               "refused (big batch) and interrupted": 0, "signals raised": 0, "signals outside a run": 0}
 
-    main, startup, loss = build()
+    small = MODELS[opts.model][1]
+    polls = poll_counter()
+    main, startup, loss = build(opts.model)
     names = persistables(main)
     beta1 = sorted(n for n in names if "beta1_pow" in n)
     beta2 = sorted(n for n in names if "beta2_pow" in n)
@@ -175,16 +238,16 @@ def main_() -> int:
 
     # -- warm up: compile every shape, measure a step, choose the memory cap ------------------------
     needs = {}
-    for k, rng_ in enumerate(SMALL + [BIG]):
+    for k, rng_ in enumerate(small + [BIG]):
         batch = make_batch(seed, -1 - k, rng_)
-        needs[rng_] = fj.compiled_memory(main, batch, scope=scope, fetch_list=[loss])["need_bytes"]
-    small_need, big_need = max(needs[r] for r in SMALL), needs[BIG]
+        needs[rng_] = exe.compiled_memory(main, batch, scope=scope, fetch_list=[loss])["need_bytes"]  # the runs find it
+    small_need, big_need = max(needs[r] for r in small), needs[BIG]
     if not big_need > 4 * small_need:
         print("SOAK " + json.dumps({"failures": [f"no room for a memory cap: needs {needs}"]}))
         return 1
     cap = int((small_need * big_need) ** 0.5)
     memory.free_bytes = lambda device: (cap, "the soak's memory cap")
-    for k, rng_ in enumerate(SMALL):
+    for k, rng_ in enumerate(small):
         for j in range(3):
             exe.run(main, feed=make_batch(seed, -10 - 3 * k - j, rng_), fetch_list=[loss], scope=scope)
     before = snapshot(scope, names)
@@ -198,7 +261,7 @@ def main_() -> int:
         failures.append("warm-up: a refused run changed the scope")
     timing = time.perf_counter()
     for j in range(20):
-        exe.run(main, feed=make_batch(seed, -30 - j, SMALL[j % len(SMALL)]), fetch_list=[loss], scope=scope)
+        exe.run(main, feed=make_batch(seed, -30 - j, small[j % len(small)]), fetch_list=[loss], scope=scope)
     step = (time.perf_counter() - timing) / 20
     timing = time.perf_counter()
     for _ in range(3):
@@ -254,6 +317,7 @@ def main_() -> int:
         signal.raise_signal(signal.SIGINT)
 
     counts["timer shots"] = 0
+    counts["interrupted while the step ran in its worker"] = 0
     counts["note only on a replaced interrupt"] = 0
     counts["main-thread saves"] = 0
     counts["main-thread saves interrupted"] = 0
@@ -285,8 +349,8 @@ def main_() -> int:
                     failures.append(f"main-thread save: {''.join(traceback.format_exception(exc))[-1500:]}")
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
-            batch = make_batch(seed, i)
-            big = is_big(batch)
+            batch = make_batch(seed, i, small=small)
+            big = is_big(batch, small)
             how = None
             if rng.random() < 0.6:
                 how = ("process", "thread", "timer")[int(rng.integers(3))]
@@ -319,6 +383,8 @@ def main_() -> int:
                         noted = True
                         counts["note only on a replaced interrupt"] += 1
                 outcome = "interrupted after commit" if noted else "interrupted before commit"
+                if not noted and raised_in(exc, Executor._call_interruptible.__code__):
+                    counts["interrupted while the step ran in its worker"] += 1
                 if big and not noted:
                     outcome = "refused (big batch) and interrupted"
             except fj.ResourceExhaustedError as exc:
@@ -369,6 +435,13 @@ def main_() -> int:
         faulthandler.dump_traceback(all_threads=True)
     failures.extend(f"save thread: {e}" for e in save_errors)
     final = snapshot(scope, names)
+    # Abandoned runs end at their loops' next poll: none may be left in flight.
+    deadline = time.monotonic() + 10
+    while interrupt.running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if interrupt.running():
+        failures.append(f"{interrupt.running()} runs of an interruptible step still in flight 10 s after the soak")
+    step_threads = sum(t.name == "fluidjax-step" for t in threading.enumerate())
 
     # -- the replay: the committed batches, in order, no faults ---------------------------------------
     t_replay = time.perf_counter()
@@ -377,7 +450,7 @@ def main_() -> int:
         replay.var(n).get_tensor().set(v)
     states = [initial]
     for i in committed:
-        exe.run(main, feed=make_batch(seed, i), fetch_list=[loss], scope=replay)
+        exe.run(main, feed=make_batch(seed, i, small=small), fetch_list=[loss], scope=replay)
         states.append(snapshot(replay, names))
     step_of = {states[k][beta1[0]].tobytes(): k for k in range(len(states))}
     if len(step_of) != len(states):
@@ -435,7 +508,8 @@ def main_() -> int:
     t_check = time.perf_counter() - t_check
 
     summary = {
-        "failures": failures[:30], "counts": counts, "runs": opts.runs, "committed": len(committed),
+        "failures": failures[:30], "counts": counts, "runs": opts.runs, "committed": len(committed), "model": opts.model,
+        "polls": polls, "step threads": step_threads,
         "signals sent": firer.sent, "checkpoints": len(saves), "rolling checkpoints": len(rolled),
         "distinct checkpoint steps": len(set(steps)), "checkpoint steps": [min(steps, default=-1), max(steps, default=-1)],
         "step ms": round(step * 1e3, 3), "save ms": round(save_time * 1e3, 1), "needs": {str(k): v for k, v in needs.items()}, "cap": cap,
