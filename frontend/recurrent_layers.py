@@ -13,6 +13,8 @@ columns before them) and only add the recurrent part; gate layouts are Paddle's 
 
 from __future__ import annotations
 
+import copy
+
 from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
@@ -20,7 +22,7 @@ from .nn_layers import fc
 from .param_attr import ParamAttr
 from .tensor_layers import concat
 
-__all__ = ["dynamic_lstm", "dynamic_gru", "gru_unit", "lstm_unit"]
+__all__ = ["dynamic_lstm", "dynamic_lstmp", "dynamic_gru", "gru_unit", "lstm_unit"]
 
 _ACTIVATIONS = ("sigmoid", "tanh", "relu", "identity")
 _GRU_UNIT_ACTIVATIONS = {"identity": 0, "sigmoid": 1, "tanh": 2, "relu": 3}
@@ -88,6 +90,62 @@ def dynamic_lstm(input: Variable, size: int, h_0: Variable | None = None, c_0: V
                             "gate_activation": gate_activation, "cell_activation": cell_activation,
                             "candidate_activation": candidate_activation})
     return hidden, cell
+
+
+def dynamic_lstmp(input: Variable, size: int, proj_size: int, param_attr=None, bias_attr=None,
+                  use_peepholes: bool = True, is_reverse: bool = False, gate_activation: str = "sigmoid",
+                  cell_activation: str = "tanh", candidate_activation: str = "tanh", proj_activation: str = "tanh",
+                  dtype: str = "float32", name: str | None = None, h_0: Variable | None = None,
+                  c_0: Variable | None = None, cell_clip: float | None = None,
+                  proj_clip: float | None = None) -> tuple[Variable, Variable]:
+    """An LSTM with a recurrent projection (Fluid 1.x's ``lstmp`` op); returns (projection, cell).
+
+    As :func:`dynamic_lstm`, ``input`` is [-1, 4·D] already projected and ``size`` is 4·D; each
+    step's hidden state h [D] is projected to r = proj_activation(h · ProjWeight) [``proj_size``],
+    which is what recurs (Weight is [P, 4·D]). ``h_0`` [num_sequences, D] starts r as its
+    projection, ``c_0`` the cell; ``cell_clip`` / ``proj_clip`` bound c and r. Projection
+    [-1, P] and cell [-1, D] keep the input's LoD; the cell passes no gradient (as ``lstm``'s).
+    """
+    if bias_attr is False:
+        raise ValueError("dynamic_lstmp: bias_attr cannot be False (the lstmp op needs its bias)")
+    if not isinstance(size, int) or size <= 0 or size % 4:
+        raise ValueError(f"dynamic_lstmp: size must be 4 * hidden size (a positive multiple of 4), got {size!r}")
+    if not isinstance(proj_size, int) or proj_size <= 0:
+        raise ValueError(f"dynamic_lstmp: proj_size must be a positive int, got {proj_size!r}")
+    for arg, value in (("gate_activation", gate_activation), ("cell_activation", cell_activation),
+                       ("candidate_activation", candidate_activation), ("proj_activation", proj_activation)):
+        _check_activation("dynamic_lstmp", arg, value)
+    for arg, value in (("cell_clip", cell_clip), ("proj_clip", proj_clip)):
+        if value is not None and value < 0:
+            raise ValueError(f"dynamic_lstmp: {arg} must be >= 0, got {value}")
+    hidden_size = size // 4
+    _check_sequences("dynamic_lstmp", input, size, "4 * hidden size columns, already projected")
+    _check_state("dynamic_lstmp", "h_0", h_0, hidden_size)
+    _check_state("dynamic_lstmp", "c_0", c_0, hidden_size)
+    helper = LayerHelper("lstmp", name)
+    attr = ParamAttr.to_attr(param_attr)
+    weight = helper.create_parameter(attr, (proj_size, 4 * hidden_size), dtype)
+    # Fluid gives both weights the one param_attr; a named one would make them one parameter, so
+    # the projection's takes the name with a ".proj" suffix.
+    proj_attr = attr
+    if attr.name:
+        proj_attr = copy.copy(attr)
+        proj_attr.name = f"{attr.name}.proj"
+    proj_weight = helper.create_parameter(proj_attr, (hidden_size, proj_size), dtype)
+    bias = helper.create_parameter(ParamAttr.to_attr(bias_attr), (1, (7 if use_peepholes else 4) * hidden_size),
+                                   dtype, is_bias=True)
+    projection, cell = helper.create_tmp(dtype), helper.create_tmp(dtype)
+    inputs = {"Input": input, "Weight": weight, "ProjWeight": proj_weight, "Bias": bias}
+    if h_0 is not None:
+        inputs["H0"] = h_0
+    if c_0 is not None:
+        inputs["C0"] = c_0
+    helper.append_op("lstmp", inputs=inputs, outputs={"Projection": projection, "Cell": cell},
+                     attrs={"use_peepholes": bool(use_peepholes), "is_reverse": bool(is_reverse),
+                            "gate_activation": gate_activation, "cell_activation": cell_activation,
+                            "candidate_activation": candidate_activation, "proj_activation": proj_activation,
+                            "cell_clip": float(cell_clip or 0.0), "proj_clip": float(proj_clip or 0.0)})
+    return projection, cell
 
 
 def dynamic_gru(input: Variable, size: int, param_attr=None, bias_attr=None, is_reverse: bool = False,

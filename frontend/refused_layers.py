@@ -50,8 +50,6 @@ REFUSED: dict[str, str] = {
         "inplace_abn", "multiclass_nms", "generate_proposals")},
     "SampleEmbeddingHelper": ("a decoder helper that samples inside the decoding loop is not written "
                               "(GreedyEmbeddingHelper and TrainingHelper are offered)"),
-    "dynamic_lstmp": ("the lstmp op (LSTM with a recurrent projection) is not implemented; Paddle 2.6 has no "
-                      "kernel for it either"),
 }
 
 

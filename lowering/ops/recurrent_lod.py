@@ -70,27 +70,44 @@ class _Cell:
     of :func:`_recurrence`.
     """
 
-    kind: str                 # "lstm" | "gru"
+    kind: str                 # "lstm" | "lstmp" | "gru"
     reverse: bool
     gate_act: str
     cell_act: str = "tanh"    # lstm: act(c) in h = o * act(c)
     cand_act: str = "tanh"    # lstm: candidate; gru: the candidate ("activation")
     origin_mode: bool = False
+    proj_act: str = "tanh"    # lstmp: r = proj_act(h @ ProjWeight)
+    cell_clip: float = 0.0    # lstmp: c clipped to [-cell_clip, cell_clip] when > 0
+    proj_clip: float = 0.0    # lstmp: r clipped likewise
+
+    def _lstm(self, pre, c_prev, peep):
+        """One LSTM step from its gate pre-activations (c, i, f, o): (h, c)."""
+        gate = _ACTIVATIONS[self.gate_act]
+        gc, gi, gf, go = jnp.split(pre, 4, axis=1)
+        if peep:
+            w_ic, w_fc, w_oc = peep
+            i, f = gate(gi + c_prev * w_ic), gate(gf + c_prev * w_fc)
+        else:
+            i, f = gate(gi), gate(gf)
+        c = _ACTIVATIONS[self.cand_act](gc) * i + c_prev * f
+        if self.cell_clip > 0:
+            c = jnp.clip(c, -self.cell_clip, self.cell_clip)
+        o = gate(go + c * w_oc) if peep else gate(go)
+        return _ACTIVATIONS[self.cell_act](c) * o, c
+
+    def project(self, h, w_proj):
+        """lstmp's recurrent projection of a hidden state."""
+        r = _ACTIVATIONS[self.proj_act](h @ w_proj)
+        return jnp.clip(r, -self.proj_clip, self.proj_clip) if self.proj_clip > 0 else r
 
     def step(self, pre, x_rest, carry, params):
+        if self.kind == "lstm":
+            return self._lstm(pre, carry[1], params)
+        if self.kind == "lstmp":                      # carry (r, c); params (*peepholes, ProjWeight)
+            h, c = self._lstm(pre, carry[1], params[:-1])
+            return self.project(h, params[-1]), c
         gate = _ACTIVATIONS[self.gate_act]
         cand = _ACTIVATIONS[self.cand_act]
-        if self.kind == "lstm":
-            _, c_prev = carry
-            gc, gi, gf, go = jnp.split(pre, 4, axis=1)
-            if params:
-                w_ic, w_fc, w_oc = params
-                i, f = gate(gi + c_prev * w_ic), gate(gf + c_prev * w_fc)
-            else:
-                i, f = gate(gi), gate(gf)
-            c = cand(gc) * i + c_prev * f
-            o = gate(go + c * w_oc) if params else gate(go)
-            return _ACTIVATIONS[self.cell_act](c) * o, c
         (h_prev,) = carry
         (w_c,) = params
         u, r = jnp.split(gate(pre), 2, axis=1)
@@ -350,6 +367,61 @@ def lstm(ctx):
             "BatchCellPreAct": LoDValue(_ACTIVATIONS[cell.cell_act](c_const), x.offsets)}
 
 
+def _lstmp_shape(ctx: InferShapeContext) -> None:
+    x = _check_sequence_input(ctx, 4)
+    w, pw, b = ctx.input("Weight"), ctx.input("ProjWeight"), ctx.input("Bias")
+    ctx.check(pw.ndim == 2 and pw.shape[0] >= 0 and pw.shape[1] >= 0, f"ProjWeight must be [D, P], got {pw.shape}")
+    size, proj = pw.shape
+    ctx.check(w.ndim == 2 and dims_equal(w.shape[0], proj) and dims_equal(w.shape[1], 4 * size),
+              f"Weight must be [P, 4D] = [{proj}, {4 * size}] (ProjWeight {pw.shape}), got {w.shape}")
+    ctx.check(dims_equal(x.shape[1], 4 * size), f"Input's width must be 4 * {size}, got {x.shape}")
+    width = 7 * size if ctx.attr("use_peepholes") else 4 * size
+    ctx.check(b.ndim == 2 and dims_equal(b.shape[0], 1) and dims_equal(b.shape[1], width),
+              f"Bias must be [1, {width}] with use_peepholes={bool(ctx.attr('use_peepholes'))}, got shape {b.shape}")
+    _check_init_state(ctx, "H0", size)
+    _check_init_state(ctx, "C0", size)
+    for attr in ("gate_activation", "cell_activation", "candidate_activation", "proj_activation"):
+        _check_activation(ctx, attr)
+    ctx.check(ctx.attr("cell_clip") >= 0 and ctx.attr("proj_clip") >= 0, "cell_clip and proj_clip must be >= 0")
+    rows = x.shape[0]
+    ctx.set_output("Projection", (rows, proj), x.dtype, 1)
+    ctx.set_output("Cell", (rows, size), x.dtype, 1)
+
+
+# Fluid 1.x's op (Paddle 2.6 has no lstmp kernel); its intermediates (BatchGate, BatchHidden, ...)
+# are not produced.
+@op("lstmp", inputs="Input H0? C0? Weight ProjWeight Bias", outputs="Projection Cell",
+    attrs={"use_peepholes": True, "is_reverse": False, "gate_activation": "sigmoid", "cell_activation": "tanh",
+           "candidate_activation": "tanh", "proj_activation": "tanh", "cell_clip": 0.0, "proj_clip": 0.0},
+    infer_shape=_lstmp_shape, no_grad_outputs=["Cell"])
+def lstmp(ctx):
+    """An LSTM with a recurrent projection over every sequence of Input ([T, 4D], already
+    projected), Fluid 1.x's ``lstmp``: the ``lstm`` step (same gate columns and peepholes) with
+    r_{t-1} [P] in place of h_{t-1}: (c̃, i, f, o) = Input row + r_{t-1}·Weight [P, 4D] + Bias,
+    h_t = o·act_cell(c_t) (c_t clipped by ``cell_clip`` > 0), r_t = proj_act(h_t·ProjWeight [D, P])
+    (clipped by ``proj_clip`` > 0). H0 [num_seqs, D] starts r as proj_act(H0·ProjWeight), C0 the
+    cell (zeros when absent). Projection [T, P] and Cell [T, D] keep Input's LoD; as ``lstm``'s,
+    only Projection's gradient flows.
+    """
+    x = _sequences(ctx)
+    w, pw, b = ctx.input("Weight"), ctx.input("ProjWeight"), ctx.input("Bias")
+    size, _ = pw.shape
+    bias = b.reshape(-1)
+    offsets = x.offsets[-1]
+    count = offsets.shape[0] - 1
+    peep = (bias[4 * size:5 * size], bias[5 * size:6 * size], bias[6 * size:7 * size]) \
+        if ctx.attr("use_peepholes") else ()
+    cell = _Cell("lstmp", bool(ctx.attr("is_reverse")), ctx.attr("gate_activation"), ctx.attr("cell_activation"),
+                 ctx.attr("candidate_activation"), proj_act=ctx.attr("proj_activation"),
+                 cell_clip=float(ctx.attr("cell_clip")), proj_clip=float(ctx.attr("proj_clip")))
+    h0 = ctx.input("H0")
+    r0 = cell.project(_initial(ctx, "H0", count, size, x.dtype), pw) if h0 is not None \
+        else jnp.zeros((count, pw.shape[1]), x.dtype)
+    init = (r0, _initial(ctx, "C0", count, size, x.dtype))
+    (proj, c), _ = _recurrence(cell, x.data + bias[:4 * size], w, peep + (pw,), init, offsets)
+    return {"Projection": LoDValue(proj, x.offsets), "Cell": LoDValue(c, x.offsets)}
+
+
 def _gru_weights(w):
     """Paddle's GRU weight as its memory holds it: ([D, 2D] update/reset part, [D, D] candidate)."""
     size = w.shape[0]
@@ -422,7 +494,7 @@ def lstm_unit(ctx):
     return {"C": c, "H": jax.nn.sigmoid(xo) * jnp.tanh(c)}
 
 
-lod_aware("lstm", "gru")
+lod_aware("lstm", "lstmp", "gru")
 plain_row_outputs("gru_unit", "Gate", "ResetHiddenPrev", "Hidden")
 plain_row_outputs("gru_unit_grad", "Input@GRAD", "HiddenPrev@GRAD")
 plain_row_outputs("lstm_unit", "C", "H")
