@@ -15,6 +15,7 @@ here they are uniform in [low, high), the distribution the class documents (as P
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -77,30 +78,41 @@ def _check_shape(shape, seed):
         raise TypeError(f"sample: seed must be an int, got {type(seed).__name__}")
 
 
-class Uniform(Distribution):
+class _LocationScale(Distribution):
+    """What Uniform and Normal share: two parameters, numbers or Variables, and the sampling
+    Fluid 1.8 wrote for both (a unit draw scaled by ``spread`` and moved by the first parameter)."""
+
+    def _take(self, a, b):
+        self.all_arg_is_float = False
+        self.batch_size_unknown = self._validate_args(a, b)
+        if self.batch_size_unknown:
+            return a, b
+        self.all_arg_is_float = isinstance(a, float) and isinstance(b, float)
+        return self._to_variable(a, b)
+
+    def _draw(self, shape, seed, first, second, spread, unit_like, unit):
+        """Samples of shape ``shape + batch_shape`` (``shape`` alone when both arguments were floats)."""
+        _check_shape(shape, seed)
+        batch_shape = list((first + second).shape)
+        output_shape = shape + batch_shape
+        if self.batch_size_unknown:
+            zero = fill_constant_batch_size_like(first + second, batch_shape + shape, first.dtype, 0.0)
+            return reshape(unit_like(zero, zero.shape, seed=seed) * (zero + spread) + first, output_shape)
+        out = unit(output_shape, seed=seed) * (zeros(output_shape, first.dtype) + spread) + first
+        return reshape(out, shape) if self.all_arg_is_float else out
+
+
+class Uniform(_LocationScale):
     """The uniform distribution on [low, high)."""
 
     def __init__(self, low, high):
-        self.all_arg_is_float = False
-        self.batch_size_unknown = self._validate_args(low, high)
-        if self.batch_size_unknown:
-            self.low, self.high = low, high
-        else:
-            self.all_arg_is_float = isinstance(low, float) and isinstance(high, float)
-            self.low, self.high = self._to_variable(low, high)
+        self.low, self.high = self._take(low, high)
 
     def sample(self, shape, seed=0):
         """Samples of shape ``shape + batch_shape`` (``shape`` alone when both arguments were floats)."""
-        _check_shape(shape, seed)
-        batch_shape = list((self.low + self.high).shape)
-        output_shape = shape + batch_shape
-        if self.batch_size_unknown:
-            zero = fill_constant_batch_size_like(self.low + self.high, batch_shape + shape, self.low.dtype, 0.0)
-            unit = uniform_random_batch_size_like(zero, zero.shape, min=0.0, max=1.0, seed=seed)
-            return reshape(unit * (zero + self.high - self.low) + self.low, output_shape)
-        unit = uniform_random(output_shape, min=0.0, max=1.0, seed=seed)
-        out = unit * (zeros(output_shape, self.low.dtype) + (self.high - self.low)) + self.low
-        return reshape(out, shape) if self.all_arg_is_float else out
+        return self._draw(shape, seed, self.low, self.high, self.high - self.low,
+                          functools.partial(uniform_random_batch_size_like, min=0.0, max=1.0),
+                          functools.partial(uniform_random, min=0.0, max=1.0))
 
     def log_prob(self, value):
         """log(1 / (high - low)) inside [low, high), -inf outside."""
@@ -112,30 +124,17 @@ class Uniform(Distribution):
         return log(self.high - self.low)
 
 
-class Normal(Distribution):
+class Normal(_LocationScale):
     """The normal distribution with mean ``loc`` and standard deviation ``scale``."""
 
     def __init__(self, loc, scale):
-        self.all_arg_is_float = False
-        self.batch_size_unknown = self._validate_args(loc, scale)
-        if self.batch_size_unknown:
-            self.loc, self.scale = loc, scale
-        else:
-            self.all_arg_is_float = isinstance(loc, float) and isinstance(scale, float)
-            self.loc, self.scale = self._to_variable(loc, scale)
+        self.loc, self.scale = self._take(loc, scale)
 
     def sample(self, shape, seed=0):
         """Samples of shape ``shape + batch_shape`` (``shape`` alone when both arguments were floats)."""
-        _check_shape(shape, seed)
-        batch_shape = list((self.loc + self.scale).shape)
-        output_shape = shape + batch_shape
-        if self.batch_size_unknown:
-            zero = fill_constant_batch_size_like(self.loc + self.scale, batch_shape + shape, self.loc.dtype, 0.0)
-            unit = gaussian_random_batch_size_like(zero, zero.shape, mean=0.0, std=1.0, seed=seed)
-            return reshape(unit * (zero + self.scale) + self.loc, output_shape)
-        unit = gaussian_random(output_shape, mean=0.0, std=1.0, seed=seed)
-        out = unit * (zeros(output_shape, self.loc.dtype) + self.scale) + self.loc
-        return reshape(out, shape) if self.all_arg_is_float else out
+        return self._draw(shape, seed, self.loc, self.scale, self.scale,
+                          functools.partial(gaussian_random_batch_size_like, mean=0.0, std=1.0),
+                          functools.partial(gaussian_random, mean=0.0, std=1.0))
 
     def entropy(self):
         """0.5 + 0.5 log(2 pi) + log(scale) nats, of the batch's shape."""

@@ -10,6 +10,7 @@ import pytest
 
 import fluidjax as fluid
 import paddle_oracle as po
+from test_fluid1_layers_ported import _build as _build_and_start
 
 L = fluid.layers
 RNG = np.random.default_rng(11)
@@ -31,12 +32,7 @@ def _build():
 
 
 def _program():
-    main, startup = fluid.Program(), fluid.Program()
-    main.random_seed = startup.random_seed = 2
-    with fluid.program_guard(main, startup):
-        fetch = _build()
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
+    main, exe, scope, fetch = _build_and_start(_build)
     params = {n: np.asarray(scope.find_var(n).get_tensor()).copy() for n in ("w_true", "b_true", "w_false", "b_false")}
     return main, exe, scope, fetch, params
 

@@ -11,24 +11,10 @@ import numpy as np
 
 import fluidjax as fluid
 import paddle_oracle as po
+from test_fluid1_layers_ported import _build, _close, _params
 
 L = fluid.layers
 RNG = np.random.default_rng(21)
-
-
-def _params(scope, program):
-    return {v.name: np.asarray(scope.find_var(v.name).get_tensor()).copy()
-            for v in program.list_vars() if v.persistable and scope.find_var(v.name) is not None}
-
-
-def _build(build):
-    main, startup = fluid.Program(), fluid.Program()
-    main.random_seed = startup.random_seed = 3
-    with fluid.program_guard(main, startup):
-        fetch = build()
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    return main, exe, scope, fetch
 
 
 def _run_both(build, feed, lods=None, paddle_feed=None):
@@ -37,14 +23,6 @@ def _run_both(build, feed, lods=None, paddle_feed=None):
     ours = exe.run(main, feed=feed, fetch_list=names, scope=scope)
     theirs = po.run(main.serialize(), paddle_feed or feed, names, _params(scope, main), lods=lods)
     return ours, theirs, _params(scope, main)
-
-
-def _close(ours, theirs, rtol=1e-5, atol=1e-5):
-    assert len(ours) == len(theirs)
-    for i, (a, b) in enumerate(zip(ours, theirs)):
-        a, b = np.asarray(a), np.asarray(b)
-        assert a.shape == b.shape, f"output {i}: {a.shape} vs Paddle's {b.shape}"
-        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}")
 
 
 def test_feature_layers_match_paddle():

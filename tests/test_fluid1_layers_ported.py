@@ -20,15 +20,21 @@ def _params(scope, program):
             for v in program.list_vars() if v.persistable and scope.find_var(v.name) is not None}
 
 
-def _run_both(build, feed, lods=None):
-    """Build with ``build()`` (returns the fetch list) in fresh programs; run in fluidjax and in
-    Paddle with the same parameters: (ours, theirs)."""
+def _build(build):
+    """``build()`` (returns the fetch list) in fresh programs, the startup run: (main, exe, scope, fetch)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 3
     with fluid.program_guard(main, startup):
         fetch = build()
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(startup, scope=scope)
+    return main, exe, scope, fetch
+
+
+def _run_both(build, feed, lods=None):
+    """Build with ``build()`` (returns the fetch list) in fresh programs; run in fluidjax and in
+    Paddle with the same parameters: (ours, theirs)."""
+    main, exe, scope, fetch = _build(build)
     names = [f.name for f in fetch]
     ours = exe.run(main, feed=feed, fetch_list=names, scope=scope)
     theirs = po.run(main.serialize(), feed, names, _params(scope, main), lods=lods)
