@@ -297,8 +297,9 @@ def spectral_norm(ctx):
     """Weight / sigma, sigma its largest singular value estimated by ``power_iters`` power iterations
     from U [h] and V [w] (Weight with ``dim`` moved first, flattened to [h, w]). U and V are read, not
     updated (Paddle's kernel iterates on copies). The gradient is W / sigma's with the iterated u, v
-    held constant; Paddle's grad kernel computes dOut * (1 - u v^T * sum(W / sigma)) / sigma instead,
-    which finite differences contradict (docs/fluid1.md)."""
+    held constant (the full derivative once they have converged); Paddle's grad kernel computes
+    dOut * (1 - u v^T * sum(W / sigma)) / sigma instead, which finite differences contradict
+    (docs/fluid1.md)."""
     w, u, v = ctx.input("Weight"), ctx.input("U"), ctx.input("V")
     dim, eps = ctx.attr("dim"), ctx.attr("eps")
     perm = [dim] + [i for i in range(w.ndim) if i != dim]

@@ -88,6 +88,20 @@ def away_from_zero(*shape, dtype="float32", margin=0.2) -> np.ndarray:
     return (x * np.where(rand(*shape) > 0, 1, -1)).astype(dtype)
 
 
+def own_stream(seed: int):
+    """``rand`` and ``randint`` drawing from a generator of their own: rows made with them leave the
+    shared stream (and so the inputs of every module loaded after theirs) as it was."""
+    rng = np.random.default_rng(seed)
+
+    def own_rand(*shape, dtype="float32", low=-1.0, high=1.0) -> np.ndarray:
+        return rng.uniform(low, high, shape).astype(dtype)
+
+    def own_randint(*shape, low=0, high=10, dtype="int64") -> np.ndarray:
+        return rng.integers(low, high, shape).astype(dtype)
+
+    return own_rand, own_randint
+
+
 def all_cases() -> list[Case]:
     """Every row of every ``*_cases`` module of this package."""
     cases: list[Case] = []

@@ -5,7 +5,7 @@ are compared with Paddle like any op; the ops that own a sub-block (``conditiona
 
 import numpy as np
 
-from . import Case, rand
+from . import Case, own_stream, rand
 
 
 def _check_conditional_block(case):
@@ -52,6 +52,7 @@ CASES = [
 
 
 # Fluid 1.x's IfElse ops (split_lod_tensor / merge_lod_tensor) against Paddle 2.6.2's kernels.
+_own_rand, _ = own_stream(2030)          # these rows leave the shared stream as it was
 _IFELSE_MASK = np.array([[True], [False], [False], [True], [True], [False], [True]])
 
 
@@ -86,12 +87,14 @@ def _check_split(case):
 
 
 CASES += [
-    Case("split_lod_tensor", {"X": rand(7, 3), "Mask": _IFELSE_MASK}, check=_check_split),
-    Case("split_lod_tensor", {"X": rand(7, 2, 2, dtype="float64"), "Mask": _IFELSE_MASK}, check=_check_split,
+    Case("split_lod_tensor", {"X": _own_rand(7, 3), "Mask": _IFELSE_MASK}, check=_check_split),
+    Case("split_lod_tensor", {"X": _own_rand(7, 2, 2, dtype="float64"), "Mask": _IFELSE_MASK}, check=_check_split,
          name="f64"),
-    Case("merge_lod_tensor", {"X": rand(7, 1), "Mask": _IFELSE_MASK, "InTrue": rand(4, 3), "InFalse": rand(3, 3)},
+    Case("merge_lod_tensor", {"X": _own_rand(7, 1), "Mask": _IFELSE_MASK, "InTrue": _own_rand(4, 3),
+                              "InFalse": _own_rand(3, 3)},
          grad=("InTrue", "InFalse"), batch_dims=()),
-    Case("merge_lod_tensor", {"X": rand(7, 1, dtype="float64"), "Mask": _IFELSE_MASK,
-                              "InTrue": rand(4, 2, dtype="float64"), "InFalse": rand(3, 2, dtype="float64")},
+    Case("merge_lod_tensor", {"X": _own_rand(7, 1, dtype="float64"), "Mask": _IFELSE_MASK,
+                              "InTrue": _own_rand(4, 2, dtype="float64"),
+                              "InFalse": _own_rand(3, 2, dtype="float64")},
          grad=("InTrue", "InFalse"), batch_dims=(), name="f64"),
 ]
