@@ -27,7 +27,9 @@ def Print(input: Variable, first_n: int = -1, message: str | None = None, summar
     """Print ``input`` to stdout whenever the step runs (its first ``first_n`` times when >= 0):
     name, ``message``, LoD, shape, dtype and the first ``summarize`` values (-1: all). ``print_phase``
     'forward', 'backward' (its gradient, printed by the gradient op) or 'both'. Returns a variable
-    equal to ``input``."""
+    equal to ``input``. The Executor runs only the ops a fetch (or a state update) needs: use the
+    result (``x = Print(x)``) or fetch something computed from it, or nothing is printed
+    (docs/fluid1.md)."""
     phase = str(print_phase).upper()
     if phase not in ("FORWARD", "BACKWARD", "BOTH"):
         raise ValueError(f"Print: print_phase must be 'forward', 'backward' or 'both', got {print_phase!r}")
