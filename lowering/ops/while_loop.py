@@ -384,7 +384,8 @@ def _trips_until(fwd_op, ops, end: int, cond: str, depth: int, env=None) -> int 
     infer_shape=grad_rule, grad=None)
 def while_grad(ctx):
     """The gradient of ``while``: the vjp of the whole loop, through a bounded ``lax.scan`` when the
-    forward op has ``max_iterations`` (a loop still running at the bound gives NaN gradients), else
+    forward op has ``max_iterations``, counts to a constant, or counts to a rank table's
+    ``max_sequence_len`` (a loop still running at the bound gives NaN gradients), else
     by running the iterations backwards, recomputing each one's input from the start (exact, no
     memory per iteration, quadratic time in the trip count). See docs/control_flow.md."""
     sub = ctx.sub_block()
@@ -405,7 +406,10 @@ def while_grad(ctx):
     out_names = ctx.op.input("Out")
     cts = dict(zip(out_names, _cotangents(ctx.op, ctx, out_names)))
     ct_final = {n: _fit_cotangent(cts.get(n), _leaf(loop.init[n])) for n in diff_carry}
-    bound = _bound(fwd_op)
+    # A DynamicRNN's loop counts to its longest sequence, which the rank table bounds (a bucket of
+    # the fed lengths): a scan over that bound is linear in the steps, where recomputation is
+    # quadratic (2,048 steps: minutes instead of a fraction of a second).
+    bound = _bound(fwd_op) or _ranked_trips(fwd_op, ctx.env)
     if bound is not None:
         d_carry, d_const = _grad_bounded(loop, diff_carry, diff_const, ct_final, bound)
     else:
