@@ -671,13 +671,14 @@ class Executor:
                 raise FeedError(f"fetch {name!r} is not a variable of the program")
         feeds = set(feed_names)
 
-        # Keep the ops the fetches need and every op that writes state (its effect is the point).
+        # Keep the ops the fetches need and every op whose effect is the point: one that writes
+        # state, or prints (Fluid's `layers.Print(x)` with its result dropped still prints).
         needed = set(fetch_names)
         kept = []
         for op in reversed(block.ops):
             if op.type in FEED_FETCH_OPS:      # a saved model's feed/fetch ops: feeds and fetches go by name
                 continue
-            writes_state = any(block.var(n).persistable for n in op.output_arg_names)
+            writes_state = op.type in _EFFECT_OPS or any(block.var(n).persistable for n in op.output_arg_names)
             if writes_state or needed.intersection(op.output_arg_names):
                 kept.append(op)
                 needed.update(op.input_arg_names)
@@ -940,6 +941,10 @@ def compiled_memory(program: Program, feed: Mapping[str, Any] | None = None, sco
             _analysis_executor.append(Executor())
         executor = _analysis_executor[0]
     return executor.compiled_memory(program, feed, fetch_list, scope)
+
+
+#: Ops a run keeps though nothing fetched depends on them: their effect is the point.
+_EFFECT_OPS = frozenset({"print"})
 
 
 def _mem_key(args: tuple):

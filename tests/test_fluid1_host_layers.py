@@ -49,6 +49,24 @@ def test_print_writes_what_paddle_writes_and_passes_the_value(capfd):
     assert "  - lod: {{0, 1, 3}}\n" in ours and "  - data: [0 0.333333 0.666667 1]\n" in ours
 
 
+def test_print_with_its_result_dropped_still_prints(capfd):
+    """Fluid's idiom: `fluid.layers.Print(x)` on a line of its own, nothing fetched depends on the
+    print; Fluid ran every op, so the run prints (the plan keeps print ops like state writes)."""
+    xv = np.arange(6, dtype="float32").reshape(2, 3)
+
+    def build():
+        x = fluid.data("x", [-1, 3], "float32")
+        L.Print(x, message="dropped")
+        return [L.reduce_sum(x)]
+
+    main, _, (total,) = _program(build)
+    capfd.readouterr()
+    got, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv}, fetch_list=[total])
+    out = capfd.readouterr().out
+    assert float(got) == xv.sum()
+    assert "dropped" in out and "  - data: [0 1 2 3 4 5]" in out, out
+
+
 def test_print_first_n_and_phases(capfd):
     def build():
         x = fluid.data("x", [-1, 2], "float32")
