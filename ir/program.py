@@ -81,12 +81,29 @@ def _names(arg: _ArgList, program: "Program | None" = None, where: tuple = ()) -
 
 
 def _foreign_variable(var: Variable, program: "Program", where: tuple) -> None:
+    """A Variable of another program given to an op of ``program``. A persistable one (a
+    parameter, a global variable) lives in the scope by its name, so Fluid allowed it (a
+    reinforcement-learning target network: ``assign`` from one program's parameter into
+    another's): it is declared in ``program``'s global block, persistable, and used by name. Any
+    other is an error: its value exists only while its own program runs."""
     op_type, kind, slot = where or ("?", "argument", "?")
+    if var.persistable:
+        block = program.global_block()
+        mine = block.vars.get(var.name)
+        if mine is None:
+            block.create_var(var.name, var.shape, var.dtype, var.lod_level, persistable=True)
+            return
+        if tuple(mine.shape) == tuple(var.shape) and mine.dtype == var.dtype and mine.persistable:
+            return
+        raise VariableNotFoundError(
+            f"op {op_type!r} {kind} {slot!r}: persistable variable {var.name!r} of {var.block.program._label()} "
+            f"(shape {list(var.shape)}, {var.dtype}) is used in {program._label()}, which declares that name "
+            f"differently (shape {list(mine.shape)}, {mine.dtype}, persistable={mine.persistable})")
     raise VariableNotFoundError(
         f"op {op_type!r} {kind} {slot!r}: variable {var.name!r} belongs to {var.block.program._label()}, "
-        f"but the op is being added to {program._label()}. A Variable can only be used in the program "
-        "that made it: build both under the same program_guard (or pass its name if this program "
-        "has a variable of that name).")
+        f"but the op is being added to {program._label()}. A Variable that is not persistable can only be "
+        "used in the program that made it: build both under the same program_guard (or pass its name if "
+        "this program has a variable of that name).")
 
 
 class Operator:

@@ -158,3 +158,37 @@ def test_places_and_strategies_exist():
     strategy.num_threads = 4
     with fluid.name_scope("encoder"):
         pass
+
+
+def test_a_persistable_variable_of_another_program_is_used_by_name():
+    """A reinforcement-learning target network as Fluid 1.x scripts sync it: ops of a third
+    program read one program's parameter and write another's (soft and hard updates); the values
+    live in the scope by name. A non-persistable Variable of another program stays an error."""
+    scope = fluid.Scope()
+    with fluid.scope_guard(scope):
+        exe = fluid.Executor(fluid.CPUPlace())
+        nets = []
+        for name in ("w", "target_w"):
+            main, startup = fluid.Program(), fluid.Program()
+            with fluid.program_guard(main, startup):
+                x = fluid.layers.data("x", shape=[3])
+                y = fluid.layers.fc(x, size=2, param_attr=fluid.ParamAttr(name=name), bias_attr=False)
+            exe.run(startup)
+            nets.append((main, main.global_block().var(name), y))
+        (_, w, y), (_, target, _) = nets
+        w0, t0 = (np.array(scope.find_var(n).get_tensor()) for n in ("w", "target_w"))
+        soft = fluid.Program()
+        with fluid.program_guard(soft):
+            mixed = fluid.layers.elementwise_add(fluid.layers.scale(target, 0.9), fluid.layers.scale(w, 0.1))
+            fluid.layers.assign(mixed, target)
+        assert soft.global_block().var("w").persistable and soft.global_block().var("target_w").persistable
+        exe.run(soft)
+        np.testing.assert_allclose(np.array(scope.find_var("target_w").get_tensor()), 0.9 * t0 + 0.1 * w0, rtol=1e-6)
+        np.testing.assert_array_equal(np.array(scope.find_var("w").get_tensor()), w0)
+        hard = fluid.Program()
+        with fluid.program_guard(hard):
+            fluid.layers.assign(w, target)
+        exe.run(hard)
+        np.testing.assert_array_equal(np.array(scope.find_var("target_w").get_tensor()), w0)
+        with fluid.program_guard(fluid.Program()), pytest.raises(fluid.VariableNotFoundError, match="not persistable"):
+            fluid.layers.scale(y, 2.0)
