@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+
+import numpy as np
 
 from ..ir import dtypes
 from ..ir.program import Block
@@ -128,6 +131,74 @@ class MSRA(Initializer):
         return Normal(0.0, math.sqrt(2.0 / f_in), self.seed)(var, block)
 
 
+_ASSIGN_FIELDS = {"float32": "fp32_values", "float64": "fp64_values", "int32": "int32_values",
+                  "int64": "int64_values", "bool": "bool_values"}
+
+
+class NumpyArray(Initializer):
+    """The values of a NumPy array (Fluid's ``NumpyArrayInitializer``: an ``assign_value`` op in
+    the startup program; the array's shape must be the variable's)."""
+
+    def __init__(self, value) -> None:
+        self.value = np.asarray(value)
+
+    def __call__(self, var, block):
+        dtype = np.dtype(dtypes.to_numpy(var.dtype)).name
+        if dtype not in _ASSIGN_FIELDS:
+            raise TypeError(f"NumpyArrayInitializer: {var.name!r} is {var.dtype}; assign_value holds "
+                            f"{', '.join(_ASSIGN_FIELDS)}")
+        if tuple(self.value.shape) != tuple(var.shape):
+            raise ValueError(f"NumpyArrayInitializer: the array has shape {list(self.value.shape)}, "
+                             f"{var.name!r} has {list(var.shape)}")
+        out = self._out(var, block)
+        values = self.value.astype(dtype).reshape(-1)
+        return block.append_op("assign_value", outputs={"Out": out}, attrs={
+            "shape": list(var.shape), "dtype": dtypes.to_enum(var.dtype),
+            _ASSIGN_FIELDS[dtype]: [v.item() for v in values]})
+
+
+class Bilinear(Initializer):
+    """Fluid's ``BilinearInitializer`` for a ``conv2d_transpose`` filter [C, 1 or C, K, K]: element
+    i (flat) gets (1 - |x/f - c|)(1 - |y/f - c|) with f = ceil(K / 2), c = (2f - 1 - f mod 2) / (2f),
+    x = i mod K and y = (i / K) mod K. As Fluid 1.x (on Python 3) and Paddle 2.6 compute it, i / K
+    is a true division, so y is fractional: not the textbook bilinear kernel, but the numbers
+    Fluid-trained models started from."""
+
+    def __call__(self, var, block):
+        shape = tuple(var.shape)
+        if len(shape) != 4 or shape[2] != shape[3]:
+            raise ValueError(f"BilinearInitializer: {var.name!r} must be a 4-D filter with square kernels, "
+                             f"got shape {list(shape)}")
+        k = shape[3]
+        f = math.ceil(k / 2)
+        c = (2 * f - 1 - f % 2) / (2.0 * f)
+        i = np.arange(int(np.prod(shape)), dtype=np.float64)
+        x, y = i % k, (i / k) % k
+        weight = ((1 - np.abs(x / f - c)) * (1 - np.abs(y / f - c))).reshape(shape)
+        return NumpyArray(weight.astype(dtypes.to_numpy(var.dtype)))(var, block)
+
+
+_ON_CPU = [False]
+
+
+def force_init_on_cpu() -> bool:
+    """Whether initializers run inside :func:`init_on_cpu` (Fluid 1.x). Under fluidjax every
+    startup value is made where the startup program runs; the flag is kept for scripts that read it."""
+    return _ON_CPU[0]
+
+
+@contextlib.contextmanager
+def init_on_cpu():
+    """Fluid 1.x's ``with fluid.initializer.init_on_cpu():`` (initializers placed on the CPU).
+    Accepted; placement changes nothing here (a startup program's values are made on the host
+    or the executor's device and copied where a run needs them)."""
+    before, _ON_CPU[0] = _ON_CPU[0], True
+    try:
+        yield
+    finally:
+        _ON_CPU[0] = before
+
+
 # Paddle's long names.
 ConstantInitializer = Constant
 UniformInitializer = Uniform
@@ -135,3 +206,5 @@ NormalInitializer = Normal
 TruncatedNormalInitializer = TruncatedNormal
 XavierInitializer = Xavier
 MSRAInitializer = MSRA
+NumpyArrayInitializer = NumpyArray
+BilinearInitializer = Bilinear

@@ -192,3 +192,46 @@ def test_a_persistable_variable_of_another_program_is_used_by_name():
         np.testing.assert_array_equal(np.array(scope.find_var("target_w").get_tensor()), w0)
         with fluid.program_guard(fluid.Program()), pytest.raises(fluid.VariableNotFoundError, match="not persistable"):
             fluid.layers.scale(y, 2.0)
+
+
+def test_fluid_initializers_numpy_array_bilinear_and_init_on_cpu():
+    """NumpyArrayInitializer gives the array; BilinearInitializer gives Paddle's bilinear
+    upsampling kernel (NumPy of its formula, and Paddle's own initializer); init_on_cpu is
+    accepted and force_init_on_cpu reports it."""
+    import math
+
+    value = np.arange(6, dtype="float32").reshape(2, 3)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        assert not fluid.initializer.force_init_on_cpu()
+        with fluid.initializer.init_on_cpu():
+            assert fluid.initializer.force_init_on_cpu()
+            w = fluid.layers.create_parameter([2, 3], "float32", name="w",
+                                              default_initializer=fluid.initializer.NumpyArrayInitializer(value))
+        assert not fluid.initializer.force_init_on_cpu()
+        up = fluid.layers.create_parameter([3, 1, 4, 4], "float32", name="up",
+                                           default_initializer=fluid.initializer.BilinearInitializer())
+        with pytest.raises(ValueError, match="shape"):
+            fluid.layers.create_parameter([3, 2], "float32", name="bad",
+                                          default_initializer=fluid.initializer.NumpyArrayInitializer(value))
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    np.testing.assert_array_equal(np.array(scope.find_var(w.name).get_tensor()), value)
+    f = math.ceil(4 / 2)
+    c = (2 * f - 1 - f % 2) / (2.0 * f)
+    # Fluid's formula as Paddle computes it: y = (i / K) % K with a true division
+    want = [(1 - abs(i % 4 / f - c)) * (1 - abs((i / 4) % 4 / f - c)) for i in range(48)]
+    got = np.array(scope.find_var(up.name).get_tensor())
+    np.testing.assert_allclose(got, np.reshape(want, (3, 1, 4, 4)), rtol=1e-6)
+
+    import paddle   # noqa: E402  (after fluidjax)
+
+    paddle.enable_static()
+    pmain, pstart = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(pmain, pstart):
+        pw = paddle.static.create_parameter([3, 1, 4, 4], "float32", name="up",
+                                            default_initializer=paddle.nn.initializer.Bilinear())
+    pscope = paddle.static.Scope()
+    with paddle.static.scope_guard(pscope):
+        paddle.static.Executor(paddle.CPUPlace()).run(pstart)
+        np.testing.assert_allclose(got, np.array(pscope.find_var(pw.name).get_tensor()), rtol=1e-6)
