@@ -36,6 +36,11 @@ from .host_layers import *  # noqa: E402,F401,F403
 from .distributions import *  # noqa: E402,F401,F403
 from .loss_layers import *  # noqa: E402,F401,F403
 from .py_reader import *  # noqa: E402,F401,F403
+from .detection_box_layers import *  # noqa: E402,F401,F403
+from .detection_target_layers import *  # noqa: E402,F401,F403
+from .roi_layers import *  # noqa: E402,F401,F403
+from .sampled_loss_layers import *  # noqa: E402,F401,F403
+from .ctr_layers import *  # noqa: E402,F401,F403
 
 
 def _make_atomic() -> None:
