@@ -555,8 +555,10 @@ def test_model_bf16_casts_and_losses_are_paddles(name):
     assert {"mul", "elementwise_add"} <= low_ops and not low_ops & {"softmax", "layer_norm", "lstm", "lookup_table",
                                                                     "lookup_table_v2", "sequence_pool", "mean"}
     out = _train_against_paddle(model, feed_fn, steps=20)
-    # The rewritten program, run by Paddle without rounding, is the float32 model exactly ...
-    np.testing.assert_allclose(out["exact"], out["float32"], rtol=2e-5, atol=1e-6)
+    # The rewritten program, run by Paddle without rounding, is the float32 model exactly (up to
+    # float32 summation order: the two programs are different Paddle runs, whose difference grows
+    # over 20 Adam steps to ~1e-5 absolute on a loss that starts at ~1.7; a misplaced cast is O(1e-2)) ...
+    np.testing.assert_allclose(out["exact"], out["float32"], rtol=2e-5, atol=5e-5)
     # ... with bfloat16 rounding (Paddle's truncates) it trains as ours does ...
     np.testing.assert_allclose(out["ours"], out["rounded"], rtol=0.12, atol=0.025)
     # ... and bfloat16 costs little against float32.
