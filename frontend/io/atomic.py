@@ -370,9 +370,17 @@ class AtomicFiles:
         if os.path.isdir(path):
             raise IsADirectoryError(f"cannot save to {path}: it is a directory")
         self._clean(folder)
-        tmp, fd = _create_temp(path)
+        # The temporary joins the save's list in the same uninterruptible step that creates it:
+        # from then on abort() (which every caller runs in a ``finally``) closes, removes and
+        # forgets it, whichever line a Ctrl-C lands on. (Registered first and listed a few
+        # bytecodes later, a Ctrl-C in between left a tracked temporary for the process's life.)
+        with deferred_signals():
+            tmp, fd = _create_temp(path)
+            f = os.fdopen(fd, "wb")
+            item = {"tmp": tmp, "path": path, "file": f}
+            self._pending.append(item)
         try:
-            with os.fdopen(fd, "wb") as f:
+            with f:
                 out = _HashingWriter(f) if self._root is not None else f
                 fill(out)
                 f.flush()
@@ -380,16 +388,16 @@ class AtomicFiles:
                     os.fsync(f.fileno())       # a save into a directory fsyncs all its files at once
                 st = os.fstat(f.fileno())
         except BaseException:
-            _forget(tmp)
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            self._pending.remove(item)
+            _forget(tmp)
             raise
-        item = {"tmp": tmp, "path": path, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
+        item.update(ino=st.st_ino, mtime_ns=st.st_mtime_ns)
         if self._root is not None:
             item.update(size=out.size, crc32=out.crc)
-        self._pending.append(item)
 
     def commit(self) -> None:
         """Publish the files: one rename each, after the manifest's when there is a root."""
@@ -432,6 +440,7 @@ class AtomicFiles:
         try:
             if not self._committed:
                 for item in self._pending:
+                    item["file"].close()           # open where a Ctrl-C stopped its write
                     try:
                         os.unlink(item["tmp"])
                     except OSError:
@@ -440,16 +449,19 @@ class AtomicFiles:
             self._finish()
 
     def _finish(self) -> None:
-        # The directory's lock first: a Ctrl-C in what follows must not leave it held. (Nothing
-        # between the two statements lets a signal handler run: the descriptor is closed.)
-        fd = self._lock_fd
-        if fd is not None:
-            self._lock_fd = None
-            os.close(fd)
-        tmps = [item["tmp"] for item in self._pending]
-        with _active_lock:                      # one call: a Ctrl-C cannot leave some behind
-            _active.difference_update(tmps)
-        self._pending = []
+        # Uninterruptible: a Ctrl-C here left the directory's lock held, or temporaries tracked as
+        # "being written" for the process's life (so no later save would ever remove them).
+        with deferred_signals():
+            fd = self._lock_fd
+            if fd is not None:
+                self._lock_fd = None
+                os.close(fd)
+            for item in self._pending:
+                item["file"].close()
+            tmps = [item["tmp"] for item in self._pending]
+            with _active_lock:
+                _active.difference_update(tmps)
+            self._pending = []
 
 
 # -- reading --------------------------------------------------------------------------------------
