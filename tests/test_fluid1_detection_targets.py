@@ -156,3 +156,94 @@ def test_mine_hard_examples_matches_paddle(mining_type, with_loc):
     np.testing.assert_array_equal(ours[1], np.array(theirs[1]))
     if mining_type == "hard_example":
         assert (ours[1] != feed["idx"]).any()                          # some positives dropped
+
+
+# -- rpn_target_assign / retinanet_target_assign ----------------------------------------------------
+def _anchor_case(seed=3):
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(-6, 56, (48, 2))
+    wh = rng.uniform(6, 26, (48, 2))
+    anchors = np.concatenate([xy, xy + wh], 1).astype("float32")
+    gts = np.array([[10, 10, 30, 28], [40, 5, 60, 20], [2, 30, 24, 50],         # image 0
+                    [5, 5, 25, 30], [30, 30, 34, 33], [20, 0, 45, 25]], "float32")  # image 1 (a tiny one)
+    crowd = np.array([[0], [0], [1], [0], [0], [0]], "int32")
+    labels = np.array([[1], [3], [2], [2], [1], [4]], "int32")
+    im_info = np.array([[64, 64, 1.0], [50, 60, 1.0]], "float32")
+    return anchors, gts, crowd, labels, im_info, [3, 3]
+
+
+def _anchor_program(kind, **attrs):
+    main, _, guard = _programs()
+    with guard:
+        bbox = L.data("bbox", shape=[2, 48, 4], dtype="float32", append_batch_size=False)
+        cls = L.data("cls", shape=[2, 48, 5 if kind == "retina" else 1], dtype="float32", append_batch_size=False)
+        anchor = L.data("anchor", shape=[48, 4], dtype="float32", append_batch_size=False)
+        var = L.data("var", shape=[48, 4], dtype="float32", append_batch_size=False)
+        gt = L.data("gt", shape=[-1, 4], dtype="float32", lod_level=1, append_batch_size=False)
+        crowd = L.data("crowd", shape=[-1, 1], dtype="int32", lod_level=1, append_batch_size=False)
+        im = L.data("im", shape=[2, 3], dtype="float32", append_batch_size=False)
+        if kind == "retina":
+            label = L.data("label", shape=[-1, 1], dtype="int32", lod_level=1, append_batch_size=False)
+            outs = L.retinanet_target_assign(bbox, cls, anchor, var, gt, label, crowd, im, num_classes=5, **attrs)
+        else:
+            outs = L.rpn_target_assign(bbox, cls, anchor, var, gt, crowd, im, **attrs)
+    return main, list(outs)
+
+
+def _anchor_feed(kind):
+    anchors, gts, crowd, labels, im_info, lens = _anchor_case()
+    rng = np.random.default_rng(4)
+    feed = {"bbox": rng.normal(size=(2, 48, 4)).astype("float32"),
+            "cls": rng.normal(size=(2, 48, 5 if kind == "retina" else 1)).astype("float32"),
+            "anchor": anchors, "var": np.full((48, 4), 0.1, "float32"), "gt": gts, "crowd": crowd, "im": im_info}
+    lods = {"gt": [lens], "crowd": [lens]}
+    if kind == "retina":
+        feed["label"], lods["label"] = labels, [lens]
+    ours_feed = {k: _lod(v, lods[k][0]) if k in lods else v for k, v in feed.items()}
+    return feed, ours_feed, lods
+
+
+@pytest.mark.parametrize("attrs", [dict(rpn_batch_size_per_im=16, rpn_fg_fraction=0.25),
+                                   dict(rpn_batch_size_per_im=10, rpn_fg_fraction=0.5, rpn_straddle_thresh=-1.0,
+                                        rpn_positive_overlap=0.5, rpn_negative_overlap=0.35)])
+def test_rpn_target_assign_deterministic_matches_paddle(attrs):
+    main, fetch = _anchor_program("rpn", use_random=False, **attrs)
+    feed, ours_feed, lods = _anchor_feed("rpn")
+    ours = _run(main, ours_feed, fetch)
+    theirs = [np.array(t) for t in _paddle(main, feed, fetch, lods)]
+    names = ["scores", "locations", "labels", "deltas", "inside weights"]
+    for a, b, what in zip(ours, theirs, names):
+        assert a.shape == b.shape, what
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=what)
+    assert 0 < len(ours[1]) < len(ours[0])
+
+
+def test_rpn_target_assign_random_sampling_follows_the_program_seed():
+    main, fetch = _anchor_program("rpn", rpn_batch_size_per_im=12, rpn_fg_fraction=0.25,
+                                  rpn_straddle_thresh=-1.0, rpn_negative_overlap=0.5)
+    main.random_seed = 11
+    _, ours_feed, _ = _anchor_feed("rpn")
+    exe = fluid.Executor()
+    first = exe.run(main, feed=ours_feed, fetch_list=fetch)
+    again = fluid.Executor().run(main, feed=ours_feed, fetch_list=fetch)
+    for a, b in zip(first, again):                     # the same seed, the same sample
+        np.testing.assert_array_equal(a, b)
+    labels = first[2].ravel()
+    assert len(labels) <= 24 and labels.sum() <= 3 * 2   # 12 per image, at most 3 foreground each
+    det_main, det_fetch = _anchor_program("rpn", rpn_batch_size_per_im=12, rpn_fg_fraction=0.25,
+                                          rpn_straddle_thresh=-1.0, rpn_negative_overlap=0.5, use_random=False)
+    det = exe.run(det_main, feed=ours_feed, fetch_list=det_fetch)
+    assert len(first[1]) == len(det[1])               # as many foreground rows as the deterministic pick
+    later = exe.run(main, feed=ours_feed, fetch_list=fetch)
+    assert any(a.shape != b.shape or (a != b).any() for a, b in zip(first, later))   # a new draw per run
+
+
+def test_retinanet_target_assign_matches_paddle():
+    main, fetch = _anchor_program("retina", positive_overlap=0.5, negative_overlap=0.4)
+    feed, ours_feed, lods = _anchor_feed("retina")
+    ours = _run(main, ours_feed, fetch)
+    theirs = [np.array(t) for t in _paddle(main, feed, fetch, lods)]
+    for a, b, what in zip(ours, theirs, ["scores", "locations", "labels", "deltas", "weights", "fg num"]):
+        assert a.shape == b.shape, what
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=what)
+    assert set(np.unique(ours[2])) > {0}
