@@ -158,8 +158,8 @@ def anchor_generator(ctx):
     offset = float(ctx.attr("offset"))
     sizes = []
     for ratio in ctx.attr("aspect_ratios"):
-        base_w = np.round(np.sqrt(sw * sh / float(ratio)))
-        base_h = np.round(base_w * float(ratio))
+        base_w = np.floor(np.sqrt(sw * sh / float(ratio)) + 0.5)          # C's round: halves up
+        base_h = np.floor(base_w * float(ratio) + 0.5)
         for size in ctx.attr("anchor_sizes"):
             sizes.append((float(size) / sw * base_w, float(size) / sh * base_h))
     wh = np.asarray(sizes, np.float64)                                    # [A, 2]
