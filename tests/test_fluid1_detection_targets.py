@@ -247,3 +247,95 @@ def test_retinanet_target_assign_matches_paddle():
         assert a.shape == b.shape, what
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=what)
     assert set(np.unique(ours[2])) > {0}
+
+
+# -- yolov3_loss -----------------------------------------------------------------------------------
+_ANCHORS, _MASK, _CLASSES = [10, 13, 16, 30, 33, 23, 30, 61], [1, 2], 3
+
+
+def _yolo_feed(seed=5):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 0.8, (2, len(_MASK) * (5 + _CLASSES), 5, 5)).astype("float32")
+    boxes = np.zeros((2, 4, 4), "float32")
+    # Normalised centre x, y, width, height; one absent box (zero size) per image.
+    # Sizes fit anchors 1 and 2 (in the mask) and 3 (not: GTMatchMask -1).
+    boxes[0, :3] = [[0.3, 0.3, 0.1, 0.19], [0.7, 0.55, 0.21, 0.15], [0.1, 0.85, 0.19, 0.4]]
+    boxes[1, :2] = [[0.5, 0.5, 0.11, 0.2], [0.93, 0.2, 0.2, 0.13]]
+    labels = rng.integers(0, _CLASSES, (2, 4)).astype("int32")
+    score = rng.uniform(0.5, 1, (2, 4)).astype("float32")
+    return {"x": x, "box": boxes, "label": labels, "score": score}
+
+
+def _yolo_program(with_score, smooth, dtype="float32"):
+    main, startup, guard = _programs()
+    with guard:
+        x = L.data("x", shape=[2, 16, 5, 5], dtype=dtype, append_batch_size=False)
+        x.stop_gradient = False
+        box = L.data("box", shape=[2, 4, 4], dtype=dtype, append_batch_size=False)
+        label = L.data("label", shape=[2, 4], dtype="int32", append_batch_size=False)
+        score = L.data("score", shape=[2, 4], dtype="float32", append_batch_size=False) if with_score else None
+        loss = L.yolov3_loss(x, box, label, _ANCHORS, _MASK, _CLASSES, 0.3, 32, gt_score=score,
+                             use_label_smooth=smooth, scale_x_y=1.1 if with_score else 1.0)
+        total = L.reduce_sum(loss)
+    return main, x, loss, total
+
+
+@pytest.mark.parametrize("with_score, smooth", [(False, True), (True, False)])
+def test_yolov3_loss_and_gradient_match_paddle(with_score, smooth):
+    import paddle
+    import paddle_oracle as po
+    main, x, loss, total = _yolo_program(with_score, smooth)
+    forward = main.serialize()
+    op = main.global_block().ops[-2]
+    masks = [op.output("ObjectnessMask")[0], op.output("GTMatchMask")[0]]
+    with fluid.program_guard(main):
+        (grad,) = fluid.gradients([total], [x])
+    feed = _yolo_feed()
+    if not with_score:
+        del feed["score"]
+    ours = _run(main, feed, [loss, grad, *masks])
+    pd_main = po.parse(forward)
+    fetch = [loss.name, *masks]
+    if with_score:             # Paddle 2.6's yolov3_loss_grad maker needs GTScore
+        with paddle.static.program_guard(pd_main):
+            pd_x = pd_main.global_block().var(x.name)
+            pd_x.stop_gradient = False
+            (pd_grad,) = paddle.static.gradients([pd_main.global_block().var(total.name)], [pd_x])
+        fetch.append(pd_grad.name)
+    theirs = po.run(pd_main, feed, fetch)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, err_msg="loss")
+    np.testing.assert_array_equal(ours[2], theirs[1])
+    np.testing.assert_array_equal(ours[3], theirs[2])
+    assert (ours[3] >= 0).sum() >= 2 and (ours[3] == -1).any() and (ours[2] == -1).any()
+    if with_score:
+        np.testing.assert_allclose(ours[1], theirs[3], rtol=1e-4, atol=1e-6, err_msg="gradient")
+        return
+    # Without GTScore: central differences of the summed loss (float64 program) at a few entries,
+    # the positive cells' location and class logits and some objectness ones among them.
+    main64, x64, _, total64 = _yolo_program(False, smooth, dtype="float64")
+    feed64 = dict(feed, x=feed["x"].astype("float64"), box=feed["box"].astype("float64"))
+    with fluid.program_guard(main64):
+        (grad64,) = fluid.gradients([total64], [x64])
+    exe = fluid.Executor()
+    g = exe.run(main64, feed=feed64, fetch_list=[total64, grad64])[1]
+    np.testing.assert_allclose(g, ours[1], rtol=1e-4, atol=1e-6)
+    picks = np.argsort(-np.abs(g).ravel())[:5]
+    for flat in picks:
+        idx = np.unravel_index(flat, g.shape)
+        values = []
+        for step in (1e-5, -1e-5):
+            bumped = feed64["x"].copy()
+            bumped[idx] += step
+            values.append(exe.run(main64, feed=dict(feed64, x=bumped), fetch_list=[total64, grad64])[0])
+        np.testing.assert_allclose((values[0] - values[1]) / 2e-5, g[idx], rtol=1e-4, atol=1e-7)
+
+
+def test_yolov3_loss_rejects_a_head_of_the_wrong_width():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = L.data("x", shape=[2, 15, 5, 5], dtype="float32", append_batch_size=False)
+        box = L.data("box", shape=[2, 4, 4], dtype="float32", append_batch_size=False)
+        label = L.data("label", shape=[2, 4], dtype="int32", append_batch_size=False)
+        with pytest.raises(ShapeError, match="channels"):
+            L.yolov3_loss(x, box, label, _ANCHORS, _MASK, _CLASSES, 0.5, 32)
+        with pytest.raises(ShapeError, match="anchor_mask"):
+            L.yolov3_loss(x, box, label, _ANCHORS, [1, 7], _CLASSES, 0.5, 32)
