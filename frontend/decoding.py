@@ -55,7 +55,7 @@ from .tensor_layers import (assign, cast, fill_constant, fill_constant_batch_siz
                             pad, reshape, scatter, slice, squeeze, stack, tile, transpose, unsqueeze, zeros_like)
 
 __all__ = ["Decoder", "BeamSearchDecoder", "dynamic_decode", "DecodeHelper", "TrainingHelper",
-           "GreedyEmbeddingHelper", "BasicDecoder"]
+           "GreedyEmbeddingHelper", "SampleEmbeddingHelper", "BasicDecoder"]
 
 _KINF = 1e9       # Fluid's "minus infinity" for the log-probabilities of impossible choices
 
@@ -397,6 +397,39 @@ class GreedyEmbeddingHelper(DecodeHelper):
     def next_inputs(self, time, outputs, states, sample_ids):
         """The embedded ids, finished where they are ``end_token``, the states unchanged."""
         return equal(sample_ids, self.end_token), self.embedding_fn(sample_ids), states
+
+
+class SampleEmbeddingHelper(GreedyEmbeddingHelper):
+    """Sampling decoding (Fluid's ``layers.SampleEmbeddingHelper``): like
+    :class:`GreedyEmbeddingHelper`, but each step's id is drawn from softmax(outputs /
+    ``softmax_temperature``) (``sampling_id``) instead of taken by argmax. ``softmax_temperature``
+    (> 0, default 1) sharpens (< 1) or flattens (> 1) the distribution; ``seed`` fixes the draws
+    (as in Fluid, a fixed seed draws the same uniform numbers at every step); without it they come
+    from the program's random seed."""
+
+    def __init__(self, embedding_fn, start_tokens, end_token: int, softmax_temperature=None, seed=None) -> None:
+        super().__init__(embedding_fn, start_tokens, end_token)
+        if softmax_temperature is not None and not float(softmax_temperature) > 0:
+            raise ValueError(f"SampleEmbeddingHelper: softmax_temperature must be > 0, got {softmax_temperature}")
+        self.softmax_temperature = (fill_constant([1], "float32", float(softmax_temperature))
+                                    if softmax_temperature is not None else None)
+        self.seed = seed
+
+    def sample(self, time, outputs, states):
+        """Ids drawn from softmax(outputs / softmax_temperature), int64 [batch]."""
+        from .creation_layers import sampling_id
+        from .math_layers import elementwise_div
+
+        logits = outputs
+        if self.softmax_temperature is not None:
+            temperature = self.softmax_temperature
+            if temperature.dtype != outputs.dtype:
+                temperature = cast(temperature, outputs.dtype)
+            logits = elementwise_div(outputs, temperature)
+        probs = softmax(logits)
+        probs.stop_gradient = True
+        ids = sampling_id(probs, seed=int(self.seed or 0))
+        return ids if self.start_tokens.dtype in (None, "int64") else cast(ids, self.start_tokens.dtype)
 
 
 class BasicDecoder(Decoder):
