@@ -70,7 +70,12 @@ def ssd_loss(location: Variable, confidence: Variable, gt_box: Variable, gt_labe
         raise ValueError("ssd_loss: only mining_type == 'max_negative' is supported (as in Fluid)")
     L = _layers()
     helper = LayerHelper("ssd_loss")
-    conf_shape = L.shape(confidence)
+    num_prior = confidence.shape[1] if len(confidence.shape) == 3 else -1
+    if num_prior < 0:
+        raise ValueError(f"ssd_loss: confidence must be [N, Np, C] with a known Np, got {confidence.shape}")
+    # Fluid reshapes to [N, Np] by the run-time shape of confidence (reshape's actual_shape); here
+    # Np is static and N follows from -1: the same shape, one reshape2 without a Shape input.
+    actual_shape = (-1, num_prior)
 
     def flat(var):
         return L.flatten(var, axis=2)
@@ -88,9 +93,7 @@ def ssd_loss(location: Variable, confidence: Variable, gt_box: Variable, gt_labe
     target_label.stop_gradient = True
     conf_loss = L.softmax_with_cross_entropy(confidence, target_label)
     # 3. Hard example mining.
-    actual_shape = L.slice(conf_shape, axes=[0], starts=[0], ends=[2])
-    actual_shape.stop_gradient = True
-    conf_loss = L.reshape(conf_loss, (-1, 0), actual_shape=actual_shape)
+    conf_loss = L.reshape(conf_loss, actual_shape)
     conf_loss.stop_gradient = True
     neg_indices = helper.create_tmp("int32", stop_gradient=True)
     updated_indices = helper.create_tmp(matched_indices.dtype, stop_gradient=True)
@@ -120,7 +123,7 @@ def ssd_loss(location: Variable, confidence: Variable, gt_box: Variable, gt_labe
     target_bbox.stop_gradient = True
     target_loc_weight.stop_gradient = True
     loss = conf_loss_weight * conf_loss + loc_loss_weight * loc_loss
-    loss = L.reshape(loss, (-1, 0), actual_shape=actual_shape)
+    loss = L.reshape(loss, actual_shape)
     loss = L.reduce_sum(loss, dim=1, keep_dim=True)
     if normalize:
         loss = loss / L.reduce_sum(target_loc_weight)

@@ -339,3 +339,100 @@ def test_yolov3_loss_rejects_a_head_of_the_wrong_width():
             L.yolov3_loss(x, box, label, _ANCHORS, _MASK, _CLASSES, 0.5, 32)
         with pytest.raises(ShapeError, match="anchor_mask"):
             L.yolov3_loss(x, box, label, _ANCHORS, [1, 7], _CLASSES, 0.5, 32)
+
+
+# -- ssd_loss (NumPy: the composition needs target_assign and smooth_l1_loss, gone from Paddle 2.6) ---
+def _np_iou(a, b):
+    lo, hi = np.maximum(a[:, None, :2], b[None, :, :2]), np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(hi - lo, 0, None), axis=-1)
+    area = lambda x: (x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1])  # noqa: E731
+    return inter / (area(a)[:, None] + area(b)[None, :] - inter)
+
+
+def _np_match(dist, threshold):
+    rows, cols = dist.shape
+    idx, best = np.full(cols, -1), np.zeros(cols, dist.dtype)
+    free = set(range(rows))
+    while free:                                   # the largest remaining pair, greedily
+        cand = [(dist[r, c], -c, -r) for c in range(cols) if idx[c] == -1 for r in sorted(free) if dist[r, c] >= 1e-6]
+        if not cand:
+            break
+        d, c, r = max(cand)
+        idx[-c], best[-c] = -r, d
+        free.discard(-r)
+    for c in range(cols):                         # per_prediction
+        if idx[c] == -1 and rows:
+            r = int(np.argmax(dist[:, c]))
+            if dist[r, c] >= max(threshold, 1e-6):
+                idx[c], best[c] = r, dist[r, c]
+    return idx, best
+
+
+def _np_ssd_loss(loc, conf, gt_box, gt_label, lens, prior, var, overlap=0.5, ratio=3.0, neg_overlap=0.5):
+    n, p, c = conf.shape
+    off = _offsets(lens)
+
+    def ce(logits, label):
+        z = logits - logits.max()
+        return np.log(np.exp(z).sum()) - z[label]
+
+    pw, ph = prior[:, 2] - prior[:, 0], prior[:, 3] - prior[:, 1]
+    pcx, pcy = prior[:, 0] + pw / 2, prior[:, 1] + ph / 2
+    total, loc_weight_sum = np.zeros((n, 1)), 0.0
+    for i in range(n):
+        gts, labels = gt_box[off[i]:off[i + 1]], gt_label[off[i]:off[i + 1], 0].astype(int)
+        idx, dist = _np_match(_np_iou(gts, prior), overlap) if len(gts) else (np.full(p, -1), np.zeros(p))
+        label = np.where(idx > -1, labels[np.maximum(idx, 0)] if len(gts) else 0, 0)
+        mining_loss = np.array([ce(conf[i, j], label[j]) for j in range(p)])
+        eligible = [j for j in range(p) if idx[j] == -1 and dist[j] < neg_overlap]
+        count = min(int((idx > -1).sum() * ratio), len(eligible))
+        negatives = sorted(eligible, key=lambda j: (-mining_loss[j], j))[:count]
+        for j in range(p):
+            if idx[j] > -1:
+                g = gts[idx[j]]
+                gw, gh = g[2] - g[0], g[3] - g[1]
+                target = np.array([((g[0] + g[2]) / 2 - pcx[j]) / pw[j] / var[j, 0],
+                                   ((g[1] + g[3]) / 2 - pcy[j]) / ph[j] / var[j, 1],
+                                   np.log(gw / pw[j]) / var[j, 2], np.log(gh / ph[j]) / var[j, 3]])
+                diff = np.abs(loc[i, j] - target)
+                total[i] += np.where(diff < 1, 0.5 * diff ** 2, diff - 0.5).sum() + ce(conf[i, j], label[j])
+                loc_weight_sum += 1
+            elif j in negatives:
+                total[i] += ce(conf[i, j], 0)
+    return total / loc_weight_sum
+
+
+def test_ssd_loss_matches_a_numpy_ssd_loss_and_trains():
+    rng = np.random.default_rng(6)
+    n, p, c = 2, 16, 4
+    main, startup, guard = _programs()
+    with guard:
+        loc = L.data("loc", shape=[n, p, 4], dtype="float32", append_batch_size=False)
+        conf = L.data("conf", shape=[n, p, c], dtype="float32", append_batch_size=False)
+        loc.stop_gradient = conf.stop_gradient = False
+        gtb = L.data("gtb", shape=[-1, 4], dtype="float32", lod_level=1, append_batch_size=False)
+        gtl = L.data("gtl", shape=[-1, 1], dtype="float32", lod_level=1, append_batch_size=False)
+        pb = L.data("pb", shape=[p, 4], dtype="float32", append_batch_size=False)
+        pbv = L.data("pbv", shape=[p, 4], dtype="float32", append_batch_size=False)
+        loss = L.ssd_loss(loc, conf, gtb, gtl, pb, pbv)
+        grads = fluid.gradients([L.reduce_sum(loss)], [loc, conf])
+    types = [op.type for op in main.global_block().ops]
+    for t in ("iou_similarity", "bipartite_match", "target_assign", "mine_hard_examples", "box_coder",
+              "smooth_l1_loss", "softmax_with_cross_entropy"):
+        assert t in types
+    centres = rng.uniform(0.1, 0.8, (p, 2))
+    prior = np.concatenate([centres - 0.12, centres + 0.12], 1).astype("float32")
+    gts = np.array([[0.1, 0.1, 0.4, 0.45], [0.5, 0.45, 0.9, 0.8], [0.2, 0.3, 0.6, 0.7]], "float32")
+    labels = np.array([[1], [2], [3]], "float32")
+    var = np.tile(np.array([0.1, 0.1, 0.2, 0.2], "float32"), (p, 1))
+    lens = [2, 1]
+    feed = {"loc": rng.normal(0, 0.5, (n, p, 4)).astype("float32"), "conf": rng.normal(size=(n, p, c)).astype("float32"),
+            "gtb": _lod(gts, lens), "gtl": _lod(labels, lens), "pb": prior, "pbv": var}
+    ours, g_loc, g_conf = _run(main, feed, [loss, *grads])
+    want = _np_ssd_loss(feed["loc"], feed["conf"], gts, labels, lens, prior, var)
+    assert ours.shape == (n, 1)
+    np.testing.assert_allclose(ours, want, rtol=1e-5)
+    # The gradient reaches the matched and mined priors only; a step along it lowers the loss.
+    assert (np.abs(g_conf).sum(-1) > 0).sum() < n * p and np.abs(g_loc).sum() > 0
+    stepped = dict(feed, loc=feed["loc"] - 0.1 * g_loc, conf=feed["conf"] - 0.1 * g_conf)
+    assert _run(main, stepped, [loss, *grads])[0].sum() < ours.sum()
