@@ -386,26 +386,46 @@ def _decode(helper_of, logits_scale: float, batch: int, steps: int = 3, seed: in
                    fetch_list=[outputs.cell_outputs, outputs.sample_ids])
 
 
-def test_sample_embedding_helper_at_low_temperature_is_greedy():
-    greedy_logits, greedy_ids = _decode(lambda e, s: L.GreedyEmbeddingHelper(e, s, end_token=99), 1.0, 8)
+def test_sample_embedding_helper_at_low_temperature_is_greedy_inside_dynamic_decode():
     logits, ids = _decode(lambda e, s: L.SampleEmbeddingHelper(e, s, end_token=99, softmax_temperature=1e-4), 1.0, 8)
-    np.testing.assert_array_equal(ids, greedy_ids)
+    assert ids.shape == (8, 3)
     np.testing.assert_array_equal(ids, np.argmax(logits, -1))
 
 
+def _sample(logits: np.ndarray, temperature, seed=None, program_seed=5):
+    main, startup = _fresh()
+    main.random_seed = program_seed
+    with fluid.program_guard(main, startup):
+        lg = fluid.data("lg", [-1, logits.shape[1]], "float32")
+        start = fluid.data("start", [None], "int64")
+        helper = L.SampleEmbeddingHelper(lambda i: i, start, 99, softmax_temperature=temperature, seed=seed)
+        ids = helper.sample(None, lg, None)
+        greedy = L.GreedyEmbeddingHelper(lambda i: i, start, 99).sample(None, lg, None)
+    exe = fluid.Executor()
+    exe.run(startup)
+    return exe.run(main, feed={"lg": logits, "start": np.zeros(len(logits), "int64")}, fetch_list=[ids, greedy])
+
+
 def test_sample_embedding_helper_draws_from_the_softmax():
-    batch = 4000
-    logits, ids = _decode(lambda e, s: L.SampleEmbeddingHelper(e, s, end_token=99, softmax_temperature=2.0), 3.0,
-                          batch, steps=1)
-    probs = np.exp(logits[:, 0] / 2.0)
+    batch, temperature = 4000, 2.0
+    logits = np.random.default_rng(12).normal(scale=3.0, size=(batch, _V)).astype("float32")
+    ids, greedy = _sample(logits, temperature)
+    assert ids.dtype == np.int64 and ids.shape == (batch,)
+    probs = np.exp(logits / temperature)
     probs /= probs.sum(-1, keepdims=True)
     # Each entry's id is one draw from its own softmax: the counts per id match the summed
-    # probabilities within a few standard deviations.
-    counts = np.bincount(ids[:, 0], minlength=_V)
+    # probabilities within a few standard deviations, and the draws are not the argmax.
+    counts = np.bincount(ids, minlength=_V)
     expected = probs.sum(0)
     sd = np.sqrt((probs * (1 - probs)).sum(0))
     assert np.all(np.abs(counts - expected) < 5 * sd + 1), (counts, expected)
-    assert np.abs(counts - np.bincount(np.argmax(logits[:, 0], -1), minlength=_V)).sum() > batch // 20  # not greedy
-    _, again = _decode(lambda e, s: L.SampleEmbeddingHelper(e, s, end_token=99, softmax_temperature=2.0), 3.0,
-                       batch, steps=1)
-    np.testing.assert_array_equal(again, ids)                      # the program's seed fixes the draws
+    assert np.mean(ids != greedy) > 0.2
+    # Relative to each entry's own probabilities: the mean probability of the drawn ids is
+    # E[Σ p²], not the argmax's (a draw that ignored the logits would give 1/V).
+    drawn = probs[np.arange(batch), ids].mean()
+    want = (probs ** 2).sum(-1).mean()
+    assert abs(drawn - want) < 5 * probs[np.arange(batch), ids].std() / np.sqrt(batch)
+    np.testing.assert_array_equal(_sample(logits, temperature)[0], ids)      # the program's seed fixes them
+    assert np.mean(_sample(logits, temperature, program_seed=6)[0] != ids) > 0.2
+    tiny, greedy = _sample(logits, 1e-4, seed=3)
+    np.testing.assert_array_equal(tiny, greedy)                               # temperature -> 0: greedy
