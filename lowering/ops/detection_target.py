@@ -56,7 +56,7 @@ def _bipartite_shape(ctx: InferShapeContext) -> None:
     kind = ctx.attr("match_type")
     ctx.check(kind in ("bipartite", "per_prediction"),
               f"match_type must be 'bipartite' or 'per_prediction', got {kind!r}")
-    n = 1 if dist.lod_level == 0 and dist.shape[0] >= 0 else -1
+    n = 1 if dist.lod_level == 0 else -1          # one instance without LoD, else one per sequence
     ctx.set_output("ColToRowMatchIndices", (n, dist.shape[1]), "int32", 0)
     ctx.set_output("ColToRowMatchDist", (n, dist.shape[1]), dist.dtype, 0)
 
