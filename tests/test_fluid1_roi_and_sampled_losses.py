@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import fluidjax as fluid
+from fluidjax.frontend.layer_helper import LayerHelper
 from fluidjax.ir.errors import ShapeError
 
 import paddle_oracle  # noqa: E402  (imports paddle after jax)
@@ -58,6 +59,25 @@ def test_psroi_pool_with_lod_rois_matches_paddle_forward_and_grad():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(gx, wgx, rtol=1e-5, atol=1e-6)
     assert np.abs(gx[1]).sum() > 0 and np.abs(gx[0]).sum() > 0      # both images reached
+
+
+def test_psroi_pool_with_rois_num_matches_paddle():
+    """Paddle 2.x's form of the op: plain ROIs and RoisNum (the ROI count of each image)."""
+    rng = np.random.default_rng(11)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data("x", [2, 8, 5, 6], "float32")
+        rois = fluid.data("rois", [4, 4], "float32")
+        num = fluid.data("num", [2], "int32")
+        helper = LayerHelper("psroi_pool")
+        out = helper.create_tmp("float32")
+        helper.append_op("psroi_pool", {"X": x, "ROIs": rois, "RoisNum": num}, {"Out": out},
+                         {"output_channels": 2, "spatial_scale": 1.0, "pooled_height": 2, "pooled_width": 2})
+    feed = {"x": rng.standard_normal((2, 8, 5, 6)).astype("float32"), "num": np.array([1, 3], "int32"),
+            "rois": np.array([[0, 0, 3, 4], [1, 1, 5, 4], [2.6, 0.4, 4, 2], [0, 2, 1, 3]], "float32")}
+    (got,), _ = _run(main, startup, feed, [out])
+    want, = paddle_oracle.run(main.serialize(), feed, [out.name])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_psroi_pool_checks_channels_at_build_time():
