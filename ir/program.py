@@ -35,7 +35,7 @@ from .names import (EMPTY_VAR_NAME, OP_ROLE_BACKWARD, OP_ROLE_FORWARD, OP_ROLE_L
                     OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE)
 from . import summary as _summary
 from .summary import print_summary
-from .variable import Parameter, Variable
+from .variable import Parameter, Variable, names_of
 
 # Two things a Program does are implemented by modules that build on this one, so they attach
 # themselves here instead of being imported (an import would run in a circle):
@@ -65,19 +65,12 @@ def _names(arg: _ArgList, program: "Program | None" = None, where: tuple = ()) -
     a :class:`VariableNotFoundError` (``where`` = (op type, "input"/"output", slot), for the text)."""
     if arg is None:
         return []
-    if isinstance(arg, (Variable, str)):
-        arg = [arg]
-    out = []
-    for a in arg:
-        if isinstance(a, Variable):
-            if program is not None and a.block is not None and a.block.program is not program:
+    items = [arg] if isinstance(arg, (Variable, str)) else arg
+    if program is not None:
+        for a in items:
+            if isinstance(a, Variable) and a.block is not None and a.block.program is not program:
                 _foreign_variable(a, program, where)
-            out.append(a.name)
-        elif isinstance(a, str):
-            out.append(a)
-        else:
-            raise TypeError(f"an op argument must be a Variable or a variable name, got {a!r}")
-    return out
+    return names_of(items, "an op argument")
 
 
 def _foreign_variable(var: Variable, program: "Program", where: tuple) -> None:

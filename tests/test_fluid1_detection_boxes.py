@@ -98,6 +98,7 @@ def test_detection_output_matches_paddle_with_and_without_index():
                                             score_threshold=0.2)
         out2, index = fluid.layers.detection_output(loc, conf, pb, pbv, keep_top_k=4, score_threshold=0.2,
                                                     return_index=True)
+        assert index.block.ops[-1].type == "multiclass_nms2"      # return_index: the op with Index
         return [out, out2, index]
 
     ours, theirs = _both(build, feed)

@@ -204,6 +204,7 @@ def test_deformable_roi_pooling_matches_paddle_forward_and_grads(position_sensit
                                        group_size=[2, 2] if position_sensitive else [1, 1],
                                        pooled_height=ph, pooled_width=pw, sample_per_part=3, trans_std=0.1,
                                        position_sensitive=position_sensitive)
+        assert out.block.ops[-1].type == "deformable_psroi_pooling"   # Paddle's op behind the layer
         oc = channels // 4 if position_sensitive else channels
         loss = L.mean(L.elementwise_mul(out, fluid.data("g", [3, oc, ph, pw], "float32")))
         fluid.backward.append_backward(loss)
@@ -398,6 +399,7 @@ def test_sampled_softmax_with_customized_samples_matches_numpy_and_its_gradient(
         prb = fluid.data("probs", [3, 4], "float64")
         loss = L.sampled_softmax_with_cross_entropy(lg, lb, 3, use_customized_samples=True,
                                                     customized_samples=smp, customized_probabilities=prb)
+        assert [o.type for o in main.global_block().ops][:2] == ["sample_logits", "softmax_with_cross_entropy"]
         fluid.backward.append_backward(L.reduce_sum(loss))
     feed = {"logits": logits, "label": label, "samples": samples, "probs": probs}
     (got, grad), _ = _run(main, startup, feed, [loss, "logits@GRAD"])
@@ -468,6 +470,7 @@ def test_hsigmoid_matches_paddle_forward_and_grads(custom):
                       is_custom=True)
         out = L.hsigmoid(x, label, 6, param_attr=fluid.ParamAttr(name="hs_w", initializer=fluid.initializer.Uniform(-1, 1)),
                          bias_attr=fluid.ParamAttr(name="hs_b", initializer=fluid.initializer.Uniform(-1, 1)), **kw)
+        assert out.block.ops[-1].type == "hierarchical_sigmoid"
         fluid.backward.append_backward(L.mean(out))
     feed = {"x": rng.standard_normal((5, 4)).astype("float32"), "label": np.array([[0], [5], [3], [2], [4]], "int64")}
     if custom:

@@ -110,3 +110,17 @@ def all_cases() -> list[Case]:
             module = importlib.import_module(f"{__name__}.{info.name}")
             cases.extend(module.CASES)
     return cases
+
+
+def tested_elsewhere() -> dict[str, str]:
+    """Ops checked by a dedicated test instead of a row (``ELSEWHERE`` of a ``*_cases`` module):
+    op type -> ``"tests/<file>.py::<test>"``. For ops whose inputs a one-op row cannot build
+    meaningfully (detection targets and proposals, whose inputs must be consistent boxes, LoD
+    and image sizes; ops Paddle 2.6.2 dropped), where the named test compares against Paddle or
+    NumPy."""
+    found: dict[str, str] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.endswith("_cases"):
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            found.update(getattr(module, "ELSEWHERE", {}))
+    return found
