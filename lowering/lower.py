@@ -154,8 +154,8 @@ def lod_aware(*types: str) -> None:
 
 # Ops that mix rows: on a LoD input they would let padding rows into their result.
 _ROW_MIXING = frozenset({"batch_norm", "sync_batch_norm", "instance_norm", "group_norm", "accuracy"})
-_REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "arg_max",
-                         "arg_min"})
+# (reduce_sum/mean/max/min/prod reduce the real rows of a LoD value: ops/reduce.py)
+_REDUCTIONS = frozenset({"arg_max", "arg_min"})
 
 
 def _first_lod(values: dict) -> LoDValue | None:

@@ -102,6 +102,46 @@ def test_padding_never_reaches_a_result():
     np.testing.assert_allclose(alone_mean, hidden_rows.mean(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("reduce", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"])
+def test_reductions_over_the_rows_of_a_lod_value_see_the_real_rows_only(reduce):
+    """reduce_* over the row dimension of a LoD value (padded to its bucket, the padding rows
+    made non-zero by exp) equals NumPy's over the real rows, and so does its gradient (finite
+    differences of NumPy's); over the other dimensions the rows keep their LoD."""
+    rng = np.random.default_rng(5)
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        words = layer.data("w", dims=3, lod_level=1)
+        words.stop_gradient = False
+        rows = layer.exp(words)                                   # padding rows: exp(0) = 1, not 0
+        fn = getattr(layer, reduce)
+        over_all, over_rows = fn(rows), fn(rows, dim=0)
+        per_row = fn(rows, dim=1)                                 # one value per row: keeps the LoD
+        fj.backward.append_backward(layer.elementwise_add(layer.reduce_sum(over_rows), over_all))
+    exe = fj.Executor()
+    exe.run(startup)
+    data = rng.uniform(-1, 1, (5, 3)).astype(np.float32)          # 5 rows: bucket 8
+    got = exe.run(main, feed={"w": _lod_tensor(data, [[2, 3]])},
+                  fetch_list=[over_all, over_rows, per_row, "w@GRAD"], return_numpy=False)
+    npfn = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max, "reduce_min": np.min,
+            "reduce_prod": np.prod}[reduce]
+    e = np.exp(data.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(got[0]), npfn(e), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[1]), npfn(e, axis=0), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[2]), npfn(e, axis=1), rtol=1e-5)
+    assert got[2].recursive_sequence_lengths() == [[2, 3]]
+
+    def loss(x):
+        ex = np.exp(x)
+        return npfn(ex, axis=0).sum() + npfn(ex)
+
+    eps, fd = 1e-6, np.zeros_like(e)
+    for i in np.ndindex(*e.shape):
+        d = np.zeros_like(e)
+        d[i] = eps
+        fd[i] = (loss(data + d) - loss(data - d)) / (2 * eps)
+    np.testing.assert_allclose(np.asarray(got[3]), fd, rtol=2e-3, atol=1e-4)
+
+
 def test_an_epoch_of_random_lengths_compiles_logarithmically_often():
     rng = np.random.default_rng(3)
     main, startup = fj.Program(), fj.Program()

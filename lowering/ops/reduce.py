@@ -10,6 +10,10 @@ Paddle 2.6 conventions, checked against it:
   kernels do. ``reduce_mean`` of integers divides with truncation, as C++ does.
 - ``reduce_max``/``reduce_min`` send the gradient to every element equal to the result (Paddle's
   rule), where ``jnp.max`` would share it among ties.
+- Of a LoD (or counted) value reduced over its rows only the real rows count: the padding rows
+  of its static capacity are replaced by the reduction's identity, and ``reduce_mean`` divides by
+  the real row count (Paddle's tensor has no padding rows; its result is this one). The gradients
+  follow (these ops are LoD-aware; their gradients are the vjp of this rule).
 
 The searches (arg_max/arg_min, top_k, argsort) live in ``search.py``.
 """
@@ -25,6 +29,8 @@ from jax import lax
 from ...ir import dtypes
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
+from ..lod_value import LoDValue
+from ..lower import lod_aware
 from ._errors import _fail
 from ._shapes import prod
 
@@ -70,8 +76,10 @@ def _reduce_shape(ctx: InferShapeContext) -> None:
     axes = _reduced_axes(x.ndim, ctx.attr("dim"), ctx.attr("reduce_all"))
     ctx.check(axes is not None, f"dim={ctx.attr('dim')} is out of range for a rank-{x.ndim} input")
     out_dtype = _reduce_out_dtype(ctx.op.type, x.dtype, ctx.attr("out_dtype"))
-    # Paddle keeps X's LoD only when the batch axis survives; we simply drop it.
-    ctx.set_output("Out", _reduced_shape(x.shape, axes, bool(ctx.attr("keep_dim"))), out_dtype, 0)
+    # Paddle keeps X's LoD when the batch axis survives (one result per row: the rows keep their
+    # sequences, and a fetch returns the real rows only), and drops it when the rows are reduced.
+    lod_level = x.lod_level if axes and 0 not in axes else 0
+    ctx.set_output("Out", _reduced_shape(x.shape, axes, bool(ctx.attr("keep_dim"))), out_dtype, lod_level)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
@@ -118,13 +126,37 @@ def _reduce(ctx, op_type: str):
     """The JAX rule of ``op_type``, one of :data:`_REDUCERS`."""
     reducer = _REDUCERS[op_type]
     x = ctx.input("X")
+    lod = None
+    if x.__class__ is LoDValue:
+        lod, x = x, x.data
     axes = _reduced_axes(x.ndim, ctx.attr("dim"), ctx.attr("reduce_all"))
     if axes is None:
         raise ValueError(f"dim={ctx.attr('dim')} is out of range for a rank-{x.ndim} input")
     out_dtype = dtypes.to_numpy(_reduce_out_dtype(op_type, dtypes.normalize(x.dtype), ctx.attr("out_dtype")))
     if x.dtype != out_dtype:
         x = x.astype(out_dtype)
-    return {"Out": reducer(x, axes, bool(ctx.attr("keep_dim")))}
+    keep = bool(ctx.attr("keep_dim"))
+    if lod is not None and 0 in axes:        # over the rows of a LoD value: the real rows only
+        real = lod.row_mask().reshape((-1,) + (1,) * (x.ndim - 1))
+        x = jnp.where(real, x, _identity(op_type, x.dtype))
+        if op_type == "reduce_mean":
+            count = lod.row_count().astype(x.dtype)
+            for a in axes:
+                if a != 0:
+                    count = count * x.shape[a]
+            total = jnp.sum(x, axis=axes, keepdims=keep, dtype=x.dtype)
+            return {"Out": total / count if jnp.issubdtype(x.dtype, jnp.inexact) else lax.div(total, count)}
+    return {"Out": reducer(x, axes, keep)}
+
+
+def _identity(op_type: str, dtype):
+    """The value a padding row takes so that it changes no result of ``op_type``."""
+    if op_type in ("reduce_max", "reduce_min"):
+        info = jnp.finfo(dtype) if jnp.issubdtype(dtype, jnp.inexact) else jnp.iinfo(dtype)
+        if jnp.issubdtype(dtype, jnp.inexact):
+            return jnp.asarray(-jnp.inf if op_type == "reduce_max" else jnp.inf, dtype)
+        return jnp.asarray(info.min if op_type == "reduce_max" else info.max, dtype)
+    return jnp.asarray(1 if op_type == "reduce_prod" else 0, dtype)
 
 
 @op("reduce_sum", inputs="X", outputs="Out", attrs=_REDUCE_ATTRS, infer_shape=_reduce_shape)
@@ -155,6 +187,9 @@ def reduce_min(ctx):
 def reduce_prod(ctx):
     """Product of X over ``dim`` (everything when ``reduce_all`` or ``dim`` is empty)."""
     return _reduce(ctx, "reduce_prod")
+
+
+lod_aware(*_REDUCERS)
 
 
 # -- reduce_any / reduce_all / reduce_amax / reduce_amin, logsumexp ------------------------------------
