@@ -15,7 +15,7 @@ from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 
 __all__ = ["bipartite_match", "target_assign", "ssd_loss", "rpn_target_assign", "retinanet_target_assign",
-           "yolov3_loss"]
+           "yolov3_loss", "generate_proposal_labels"]
 
 
 def bipartite_match(dist_matrix: Variable, match_type: str | None = None, dist_threshold: float | None = None,
@@ -222,3 +222,46 @@ def yolov3_loss(x: Variable, gt_box: Variable, gt_label: Variable, anchors: Sequ
                       "downsample_ratio": int(downsample_ratio), "use_label_smooth": bool(use_label_smooth),
                       "scale_x_y": float(scale_x_y)})
     return loss
+
+
+def generate_proposal_labels(rpn_rois: Variable, gt_classes: Variable, is_crowd: Variable, gt_boxes: Variable,
+                             im_info: Variable, batch_size_per_im: int = 256, fg_fraction: float = 0.25,
+                             fg_thresh: float = 0.25, bg_thresh_hi: float = 0.5, bg_thresh_lo: float = 0.0,
+                             bbox_reg_weights: Sequence[float] = (0.1, 0.1, 0.2, 0.2), class_nums: int | None = None,
+                             use_random: bool = True, is_cls_agnostic: bool = False, is_cascade_rcnn: bool = False,
+                             *, max_overlap: Variable | None = None, return_max_overlap: bool = False):
+    """Fast R-CNN's training ROIs per image (op ``generate_proposal_labels``): the image's ground
+    truths and ``rpn_rois`` (LoD, one sequence per image) labelled by their best IoU with the
+    ground truths (``gt_boxes``, ``gt_classes``, ``is_crowd``: LoD), foreground at ``fg_thresh``,
+    background in [``bg_thresh_lo``, ``bg_thresh_hi``), sampled to ``batch_size_per_im`` with at
+    most ``fg_fraction`` of foreground (the first ones, or with ``use_random`` a uniform subset
+    drawn from the program's seed; no sampling with ``is_cascade_rcnn``). Returns (rois [P, 4],
+    labels_int32 [P, 1], bbox_targets, bbox_inside_weights, bbox_outside_weights [P, 4·class_nums]),
+    LoD per image; P depends on the data (padded, counted). Keyword-only, as in Paddle 2.x:
+    ``max_overlap`` (the cascade stage's MaxOverlap input) and ``return_max_overlap`` (also return
+    each ROI's best overlap). The op always declares its MaxOverlapWithGT output, which Fluid 1.8's
+    op lacked and Paddle 2.6's kernel writes unconditionally."""
+    if not isinstance(class_nums, int) or class_nums <= 0:
+        raise ValueError(f"generate_proposal_labels: class_nums must be a positive int, got {class_nums!r}")
+    helper = LayerHelper("generate_proposal_labels")
+    rois = helper.create_tmp(rpn_rois.dtype, stop_gradient=True)
+    labels = helper.create_tmp(gt_classes.dtype, stop_gradient=True)
+    targets = helper.create_tmp(rpn_rois.dtype, stop_gradient=True)
+    inside = helper.create_tmp(rpn_rois.dtype, stop_gradient=True)
+    outside = helper.create_tmp(rpn_rois.dtype, stop_gradient=True)
+    overlap = helper.create_tmp(rpn_rois.dtype, stop_gradient=True)
+    inputs = {"RpnRois": rpn_rois, "GtClasses": gt_classes, "IsCrowd": is_crowd, "GtBoxes": gt_boxes,
+              "ImInfo": im_info}
+    if max_overlap is not None:
+        inputs["MaxOverlap"] = max_overlap
+    helper.append_op("generate_proposal_labels", inputs,
+                     {"Rois": rois, "LabelsInt32": labels, "BboxTargets": targets, "BboxInsideWeights": inside,
+                      "BboxOutsideWeights": outside, "MaxOverlapWithGT": overlap},
+                     {"batch_size_per_im": int(batch_size_per_im), "fg_fraction": float(fg_fraction),
+                      "fg_thresh": float(fg_thresh), "bg_thresh_hi": float(bg_thresh_hi),
+                      "bg_thresh_lo": float(bg_thresh_lo), "bbox_reg_weights": [float(w) for w in bbox_reg_weights],
+                      "class_nums": int(class_nums), "use_random": bool(use_random),
+                      "is_cls_agnostic": bool(is_cls_agnostic), "is_cascade_rcnn": bool(is_cascade_rcnn)})
+    if return_max_overlap:
+        return rois, labels, targets, inside, outside, overlap
+    return rois, labels, targets, inside, outside

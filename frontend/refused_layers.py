@@ -15,11 +15,9 @@ from ..ir.errors import NotOfferedError
 
 _MASK_LABELS = ("generate_mask_labels (rasterizing the ground-truth polygons, nested three LoD levels deep, "
                 "into each sampled box's mask grid) is not written")
-_PROPOSAL_LABELS = "generate_proposal_labels (sampling Fast R-CNN training ROIs) is not written yet"
 
 #: name -> why fluidjax does not offer it.
 REFUSED: dict[str, str] = {
-    "generate_proposal_labels": _PROPOSAL_LABELS,
     "generate_mask_labels": _MASK_LABELS,
 }
 

@@ -9,6 +9,7 @@ _BOXES = "tests/test_fluid1_detection_boxes.py::"
 _TARGETS = "tests/test_fluid1_detection_targets.py::"
 _ROI = "tests/test_fluid1_roi_and_sampled_losses.py::"
 _CTR = "tests/test_fluid1_ctr_and_odds.py::"
+_LABELS = "tests/test_fluid1_detection_labels.py::"
 
 ELSEWHERE = {
     "multiclass_nms": _BOXES + "test_multiclass_nms_rows_and_lod_match_paddle",
@@ -44,4 +45,5 @@ ELSEWHERE = {
     "merge_selected_rows": _CTR + "test_selected_rows_helpers_pass_a_dense_tensor_through",
     "get_tensor_from_selected_rows": _CTR + "test_selected_rows_helpers_pass_a_dense_tensor_through",
     "load": _CTR + "test_load_reads_what_save_vars_wrote_and_paddle_agrees",
+    "generate_proposal_labels": _LABELS + "test_generate_proposal_labels_matches_paddle",
 }
