@@ -15,7 +15,7 @@ from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 
 __all__ = ["bipartite_match", "target_assign", "ssd_loss", "rpn_target_assign", "retinanet_target_assign",
-           "yolov3_loss", "generate_proposal_labels"]
+           "yolov3_loss", "generate_proposal_labels", "generate_mask_labels"]
 
 
 def bipartite_match(dist_matrix: Variable, match_type: str | None = None, dist_threshold: float | None = None,
@@ -265,3 +265,24 @@ def generate_proposal_labels(rpn_rois: Variable, gt_classes: Variable, is_crowd:
     if return_max_overlap:
         return rois, labels, targets, inside, outside, overlap
     return rois, labels, targets, inside, outside
+
+
+def generate_mask_labels(im_info: Variable, gt_classes: Variable, is_crowd: Variable, gt_segms: Variable,
+                         rois: Variable, labels_int32: Variable, num_classes: int, resolution: int):
+    """Mask R-CNN's mask targets (op ``generate_mask_labels``): each foreground ROI of ``rois``
+    (``labels_int32`` > 0; LoD per image) gets the polygons (``gt_segms``: [S, 2] points, LoD
+    images → objects → polygons) of the non-crowd ground truth whose polygon box it overlaps most,
+    rasterized into a ``resolution``² grid over the ROI by COCO's polygon rule. Returns (mask_rois
+    [P, 4], roi_has_mask_int32 [P, 1] (index of the ROI within its image), mask_int32 [P,
+    num_classes·resolution²] (-1 outside the ROI's class block)); an image without foreground ROIs
+    gives one all -1 row. P depends on the data (padded to the ROI rows, counted)."""
+    helper = LayerHelper("generate_mask_labels")
+    mask_rois = helper.create_tmp(rois.dtype, stop_gradient=True)
+    has_mask = helper.create_tmp(gt_classes.dtype, stop_gradient=True)
+    mask = helper.create_tmp(gt_classes.dtype, stop_gradient=True)
+    helper.append_op("generate_mask_labels",
+                     {"ImInfo": im_info, "GtClasses": gt_classes, "IsCrowd": is_crowd, "GtSegms": gt_segms,
+                      "Rois": rois, "LabelsInt32": labels_int32},
+                     {"MaskRois": mask_rois, "RoiHasMaskInt32": has_mask, "MaskInt32": mask},
+                     {"num_classes": int(num_classes), "resolution": int(resolution)})
+    return mask_rois, has_mask, mask

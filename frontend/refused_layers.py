@@ -13,13 +13,8 @@ from typing import Callable
 
 from ..ir.errors import NotOfferedError
 
-_MASK_LABELS = ("generate_mask_labels (rasterizing the ground-truth polygons, nested three LoD levels deep, "
-                "into each sampled box's mask grid) is not written")
-
 #: name -> why fluidjax does not offer it.
-REFUSED: dict[str, str] = {
-    "generate_mask_labels": _MASK_LABELS,
-}
+REFUSED: dict[str, str] = {}
 
 
 def _refused(name: str, reason: str) -> Callable:

@@ -1,7 +1,8 @@
 """Fast R-CNN / Mask R-CNN training labels (frontend/detection_target_layers.py; ops in
 lowering/ops/detection_labels.py): generate_proposal_labels against Paddle 2.6.2 running our
 serialized programs (deterministic sampling, cascade with and without MaxOverlap), its random
-sampling by its structure and the program's seed."""
+sampling by its structure and the program's seed; generate_mask_labels (polygon rasterization)
+against Paddle 2.6.2, exactly."""
 
 from __future__ import annotations
 
@@ -178,3 +179,87 @@ def test_generate_proposal_labels_checks_its_inputs():
             L.generate_proposal_labels(r, cf, c, g, im, class_nums=3)
         with pytest.raises(ShapeError, match="bbox_reg_weights"):
             L.generate_proposal_labels(r, c, c, g, im, bbox_reg_weights=[1.0, 1.0], class_nums=3)
+
+
+# -- generate_mask_labels ----------------------------------------------------------------------------
+def _mask_data(seed):
+    """Three images of ground truths made of 1-2 star-shaped polygons each (some reaching outside
+    their ROIs), ROIs with labels (the middle image has only background ones)."""
+    rng = np.random.default_rng(seed)
+    gts_per, polys_per, pts_per, points = [2, 1, 3], [], [], []
+    for _ in range(sum(gts_per)):
+        k = int(rng.integers(1, 3))
+        polys_per.append(k)
+        cx, cy = rng.uniform(20, 80, 2)
+        for _ in range(k):
+            v = int(rng.integers(3, 8))
+            pts_per.append(v)
+            ang, rad = np.sort(rng.uniform(0, 2 * np.pi, v)), rng.uniform(5, 25, v)
+            points.append(np.stack([cx + rad * np.cos(ang), cy + rad * np.sin(ang)], 1))
+    g = sum(gts_per)
+    classes = rng.integers(0, 4, (g, 1)).astype("int32")
+    classes[[0, 2]] = [[2], [1]]
+    crowd = np.zeros((g, 1), "int32")
+    crowd[3] = 1
+    roi_lens, scales = [6, 3, 7], np.array([1.5, 1.0, 2.0], "float32")
+    rois, labels = [], []
+    for i, r in enumerate(roi_lens):
+        xy, wh = rng.uniform(0, 70, (r, 2)), rng.uniform(3, 50, (r, 2))
+        rois.append(np.concatenate([xy, xy + wh], 1) * scales[i])
+        labels.append(rng.integers(0, 4, (r, 1)) * (i != 1))
+    data = {"im": np.stack([np.full(3, 300.0), np.full(3, 300.0), scales], 1).astype("float32"),
+            "cls": classes, "crowd": crowd, "segs": np.concatenate(points).astype("float32"),
+            "rois": np.concatenate(rois).astype("float32"), "lab": np.concatenate(labels).astype("int32")}
+    lods = {"cls": [gts_per], "crowd": [gts_per], "segs": [gts_per, polys_per, pts_per], "rois": [roi_lens],
+            "lab": [roi_lens]}
+    return data, lods
+
+
+def _mask_program(resolution, num_classes=4):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        im = L.data("im", shape=[-1, 3], dtype="float32", append_batch_size=False)
+        c = L.data("cls", shape=[-1, 1], dtype="int32", lod_level=1, append_batch_size=False)
+        cr = L.data("crowd", shape=[-1, 1], dtype="int32", lod_level=1, append_batch_size=False)
+        sg = L.data("segs", shape=[-1, 2], dtype="float32", lod_level=3, append_batch_size=False)
+        r = L.data("rois", shape=[-1, 4], dtype="float32", lod_level=1, append_batch_size=False)
+        lb = L.data("lab", shape=[-1, 1], dtype="int32", lod_level=1, append_batch_size=False)
+        outs = L.generate_mask_labels(im, c, cr, sg, r, lb, num_classes=num_classes, resolution=resolution)
+    return main, list(outs)
+
+
+@pytest.mark.parametrize("seed, resolution", [(0, 14), (6, 28)])
+def test_generate_mask_labels_matches_paddle(seed, resolution):
+    main, fetch = _mask_program(resolution)
+    assert [op.type for op in main.global_block().ops] == ["generate_mask_labels"]
+    data, lods = _mask_data(seed)
+    feed = {}
+    for k, v in data.items():
+        feed[k] = fluid.LoDTensor(v) if k in lods else v
+        if k in lods:
+            feed[k].set_recursive_sequence_lengths(lods[k])
+    ours = fluid.Executor().run(main, feed=feed, fetch_list=fetch, return_numpy=False)
+    theirs = _paddle(main, data, fetch, lods)
+    for a, b, what in zip(ours, theirs, ["mask rois", "roi has mask", "masks"]):
+        assert a.lod() == b.lod(), what
+        np.testing.assert_array_equal(np.array(a), np.array(b), err_msg=what)
+    masks, lod = np.array(ours[2]), ours[0].lod()[0]
+    assert lod[2] - lod[1] == 1 and (masks[lod[1]] == -1).all()       # no foreground: one all -1 row
+    assert (masks == 1).sum() > resolution and set(np.unique(masks)) == {-1, 0, 1}
+
+
+def test_generate_mask_labels_checks_its_inputs():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        im = L.data("im", shape=[-1, 3], dtype="float32", append_batch_size=False)
+        c = L.data("cls", shape=[-1, 1], dtype="int32", lod_level=1, append_batch_size=False)
+        sg = L.data("segs", shape=[-1, 2], dtype="float32", lod_level=1, append_batch_size=False)
+        sg3 = L.data("segs3", shape=[-1, 2], dtype="float32", lod_level=3, append_batch_size=False)
+        r = L.data("rois", shape=[-1, 4], dtype="float32", lod_level=1, append_batch_size=False)
+        lf = L.data("labf", shape=[-1, 1], dtype="float32", lod_level=1, append_batch_size=False)
+        with pytest.raises(ShapeError, match="3 LoD levels"):
+            L.generate_mask_labels(im, c, c, sg, r, c, 4, 14)
+        with pytest.raises(ShapeError, match="LabelsInt32 must be int32"):
+            L.generate_mask_labels(im, c, c, sg3, r, lf, 4, 14)
+        with pytest.raises(ShapeError, match="resolution"):
+            L.generate_mask_labels(im, c, c, sg3, r, c, 4, 0)

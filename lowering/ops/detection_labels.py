@@ -221,3 +221,208 @@ def generate_proposal_labels(ctx):
 
 
 lod_aware("generate_proposal_labels")
+
+
+# -- generate_mask_labels ----------------------------------------------------------------------------
+_FLT_MIN = float(np.finfo(np.float32).tiny)
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _trunc_line(a, s, t):
+    """int(a + s·t + 0.5) in double, C's order of operations (the product kept from fusing into an
+    FMA) and truncation toward zero."""
+    st = lax.optimization_barrier(s * t)
+    return ((a + st) + 0.5).astype(jnp.int64)
+
+
+def _crossings(xs, ys, xe, ye, m: int):
+    """The column crossings of polygon edges (xs, ys) -> (xe, ye) (integer coordinates at 5× the
+    mask resolution, [...]) under COCO's polygon rasterization (the rule of Paddle's Poly2Mask):
+    the edge is sampled one step along its major axis, and between consecutive samples whose x
+    goes from 5X + 2 to 5X + 3 (either way) column X toggles from row ceil((min y - 2) / 5).
+    Returns (valid [..., M], row [..., M]) per column X."""
+    dx, dy = jnp.abs(xe - xs), jnp.abs(ye - ys)
+    xmajor = dx >= dy
+    cols = jnp.arange(m, dtype=jnp.int64)
+    left = (5 * cols + 2)[(None,) * xs.ndim]                               # the sample x before the crossing
+    e = lambda a: a[..., None]                                              # noqa: E731
+    # x-major: the samples run over x from the left end; y rounds along the line from there.
+    flip = xs > xe
+    ax, ay = jnp.where(flip, xe, xs), jnp.where(flip, ye, ys)
+    bx_y = jnp.where(flip, ys, ye)
+    slope = (bx_y - ay).astype(jnp.float64) / jnp.maximum(dx, 1).astype(jnp.float64)
+    t1 = left - e(ax)
+    ok_x = e(xmajor & (dx > 0)) & (t1 >= 0) & (t1 + 1 <= e(dx))
+    ya = _trunc_line(e(ay).astype(jnp.float64), e(slope), t1.astype(jnp.float64))
+    yb = _trunc_line(e(ay).astype(jnp.float64), e(slope), (t1 + 1).astype(jnp.float64))
+    yd_x = jnp.minimum(ya, yb)
+    # y-major: the samples run over y from the lower end; x rounds along the line (monotone).
+    flip = ys > ye
+    cx, cy = jnp.where(flip, xe, xs), jnp.where(flip, ye, ys)
+    dxs = jnp.where(flip, xs, xe) - cx
+    slope = dxs.astype(jnp.float64) / jnp.maximum(dy, 1).astype(jnp.float64)
+    rising = e(dxs > 0)
+    target = jnp.where(rising, left + 1, left)
+    s = e(slope)
+    safe = jnp.where(s == 0, 1.0, s)
+    guess = (left.astype(jnp.float64) + 0.5 - e(cx).astype(jnp.float64)) / safe
+    t0 = jnp.where(rising, jnp.ceil(guess), jnp.floor(guess) + 1)
+    t0 = jnp.clip(t0, -4, e(dy).astype(jnp.float64) + 4).astype(jnp.int64)
+
+    def reached(t):
+        u = _trunc_line(e(cx).astype(jnp.float64), s, t.astype(jnp.float64))
+        return jnp.where(rising, u >= target, u <= target), u
+
+    found = jnp.zeros(t0.shape, bool)
+    t_star = jnp.zeros(t0.shape, jnp.int64)
+    prev, _ = reached(t0 - 3)
+    for k in range(-2, 3):                                                  # the first step that reaches it
+        now, _ = reached(t0 + k)
+        hit = now & ~prev & ~found
+        t_star = jnp.where(hit, t0 + k, t_star)
+        found = found | hit
+        prev = now
+    _, u_before = reached(t_star - 1)
+    _, u_at = reached(t_star)
+    other = jnp.where(rising, left, left + 1)
+    ok_y = (e(~xmajor) & (dxs != 0)[..., None] & found & (t_star >= 1) & (t_star <= e(dy))
+            & (u_before == other) & (u_at == target))
+    yd_y = e(cy) + t_star - 1
+    valid = ok_x | ok_y
+    yd = jnp.where(ok_x, yd_x, yd_y)
+    row = jnp.clip(jnp.floor_divide(yd + 2, 5), 0, m)
+    return valid, row
+
+
+def _mask_labels_shape(ctx: InferShapeContext) -> None:
+    segms, rois, labels = ctx.input("GtSegms"), ctx.input("Rois"), ctx.input("LabelsInt32")
+    im = ctx.input("ImInfo")
+    ctx.check(im.ndim == 2 and im.shape[1] in (3, -1), f"ImInfo must be [N, 3], got {im.shape}")
+    ctx.check(segms.ndim == 2 and segms.shape[1] in (2, -1), f"GtSegms must be [S, 2] (x, y points), got {segms.shape}")
+    ctx.check(segms.lod_level in (0, 3), f"GtSegms must have 3 LoD levels (images, objects, polygons), got "
+                                         f"{segms.lod_level}")
+    ctx.check(rois.ndim == 2 and rois.shape[1] in (4, -1), f"Rois must be [R, 4], got {rois.shape}")
+    ctx.check(labels.dtype == "int32", f"LabelsInt32 must be int32, got {labels.dtype}")
+    for slot in ("GtClasses", "IsCrowd"):
+        ctx.check(ctx.input(slot).dtype == "int32", f"{slot} must be int32, got {ctx.input(slot).dtype}")
+    classes, res = ctx.attr("num_classes"), ctx.attr("resolution")
+    ctx.check(classes > 0 and res > 0, f"num_classes and resolution must be positive, got {classes}, {res}")
+    ctx.set_output("MaskRois", (-1, 4), rois.dtype, 1)
+    ctx.set_output("RoiHasMaskInt32", (-1, 1), "int32", 1)
+    ctx.set_output("MaskInt32", (-1, classes * res * res), "int32", 1)
+
+
+@op("generate_mask_labels", inputs="ImInfo GtClasses IsCrowd GtSegms Rois LabelsInt32",
+    outputs="MaskRois RoiHasMaskInt32 MaskInt32", attrs={"num_classes": 0, "resolution": 0},
+    infer_shape=_mask_labels_shape, grad=None)
+def generate_mask_labels(ctx):
+    """Mask R-CNN's mask targets. Per image with ROIs: each foreground ROI (LabelsInt32 > 0, in
+    order) is matched to the non-crowd ground truth of class > 0 whose polygons' bounding box it
+    overlaps most (pixel IoU, ROIs divided by ImInfo's scale; the first such ground truth when it
+    overlaps none), and that ground truth's polygons (GtSegms: points [S, 2], LoD images → objects
+    → polygons) are rasterized into the ROI's ``resolution``² grid by COCO's polygon rule (Paddle's
+    Poly2Mask: vertices at 5× the grid, edges sampled along their major axis, column crossings at
+    the pixel centres) and united. MaskRois [P, 4] (the ROI), RoiHasMaskInt32 [P, 1] (its index
+    within its image), MaskInt32 [P, num_classes·resolution²] (-1, the ROI's class block holding
+    the 0/1 mask, row-major). An image without foreground ROIs gives one row: its first ROI, the
+    index of its first background ROI, all -1 (as Paddle). Rows padded to the Rois rows, per-image
+    LoD offsets. The rasterization holds [R, S, resolution] crossings (R the padded Rois rows, S the
+    padded GtSegms points) and [R, polygons, resolution²] toggles."""
+    im_info = ctx.input("ImInfo")
+    n = im_info.shape[0]
+    m = int(ctx.attr("resolution"))
+    classes_n = int(ctx.attr("num_classes"))
+    rois_v = ctx.input("Rois")
+    if rois_v.__class__ is not LoDValue:
+        _fail(ctx, "Rois must be a LoD tensor (one sequence of ROIs per image)")
+    segms = ctx.input("GtSegms")
+    if segms.__class__ is not LoDValue or len(segms.offsets) != 3:
+        _fail(ctx, "GtSegms must be a LoD tensor with 3 levels (images, objects, polygons)")
+    rois, roi_off = _rows_and_offsets(rois_v)
+    if roi_off.shape[0] - 1 != n:
+        _fail(ctx, f"Rois has {roi_off.shape[0] - 1} sequences but ImInfo has {n} images")
+    dtype = rois.dtype
+    labels = _column(_rows_and_offsets(ctx.input("LabelsInt32"))[0]).astype(jnp.int32)
+    gt_cls = _column(_rows_and_offsets(ctx.input("GtClasses"))[0])
+    crowd = _column(_rows_and_offsets(ctx.input("IsCrowd"))[0])
+    l0, l1, l2 = (o.astype(jnp.int32) for o in segms.offsets)
+    points = segms.data.astype(dtype)
+    r_cap, s_cap = rois.shape[0], points.shape[0]
+    g_cap, p_cap = l1.shape[0] - 1, l2.shape[0] - 1
+    # Row -> image; ground truth -> image; polygon -> ground truth; point -> polygon.
+    row = jnp.arange(r_cap, dtype=jnp.int32)
+    row_img = jnp.clip(jnp.searchsorted(roi_off, row, side="right") - 1, 0, n - 1)
+    row_ok = row < roi_off[-1]
+    gt = jnp.arange(g_cap, dtype=jnp.int32)
+    gt_img = jnp.searchsorted(l0, gt, side="right") - 1
+    gt_ok = gt < l0[-1]
+    take = lambda a, i: a[jnp.clip(i, 0, a.shape[0] - 1)]                 # noqa: E731
+    mask_gt = gt_ok & (take(gt_cls, gt) > 0) & (take(crowd, gt) == 0)
+    poly = jnp.arange(p_cap, dtype=jnp.int32)
+    poly_gt = jnp.clip(jnp.searchsorted(l1, poly, side="right") - 1, 0, g_cap - 1)
+    pt = jnp.arange(s_cap, dtype=jnp.int32)
+    pt_ok = pt < l2[-1]
+    pt_poly = jnp.clip(jnp.searchsorted(l2, pt, side="right") - 1, 0, p_cap - 1)
+    pt_gt = jnp.where(pt_ok, poly_gt[pt_poly], g_cap)
+    nxt = jnp.where(pt + 1 < l2[pt_poly + 1], pt + 1, l2[pt_poly])      # the polygon closes on itself
+    # Each ground truth's box around its polygons (Paddle starts the maxima at FLT_MIN).
+    bx0 = jnp.minimum(jax.ops.segment_min(points[:, 0], pt_gt, g_cap + 1)[:g_cap], _FLT_MAX)
+    by0 = jnp.minimum(jax.ops.segment_min(points[:, 1], pt_gt, g_cap + 1)[:g_cap], _FLT_MAX)
+    bx1 = jnp.maximum(jax.ops.segment_max(points[:, 0], pt_gt, g_cap + 1)[:g_cap], _FLT_MIN)
+    by1 = jnp.maximum(jax.ops.segment_max(points[:, 1], pt_gt, g_cap + 1)[:g_cap], _FLT_MIN)
+    poly_boxes = jnp.stack([bx0, by0, bx1, by1], axis=1).astype(dtype)
+    # The output rows: each image's foreground ROIs, or its first background ROI.
+    fg = row_ok & (labels > 0)
+    img_fg = jax.ops.segment_sum(fg.astype(jnp.int32), row_img, n) > 0
+    bg = row_ok & (labels == 0) & ~img_fg[row_img]
+    bg_rank = jnp.cumsum(bg) - jax.ops.segment_sum(bg.astype(jnp.int32), row_img, n).cumsum()[row_img] \
+        + jax.ops.segment_sum(bg.astype(jnp.int32), row_img, n)[row_img]
+    chosen = fg | (bg & (bg_rank == 1))
+    (src,) = jnp.nonzero(chosen, size=r_cap, fill_value=0)
+    count = jnp.sum(chosen)
+    slot_ok = jnp.arange(r_cap) < count
+    img = row_img[src]
+    scale = im_info[img, 2].astype(dtype)
+    slot_fg = fg[src] & slot_ok
+    box_src = jnp.where(slot_fg, src, roi_off[img])                     # the fallback row shows the first ROI
+    box = _divide(rois[box_src], scale[:, None])                        # original image scale
+    # Each foreground ROI's ground truth: the first best-overlapping box of its image's mask ones.
+    same = mask_gt[None, :] & (gt_img[None, :] == img[:, None])
+    ov = jnp.where(same, _pixel_overlaps(box, poly_boxes), 0)
+    best = jnp.max(ov, axis=1, initial=0)
+    first_best = jnp.argmax(same & (ov == best[:, None]) & (best > _FLT_MIN)[:, None], axis=1)
+    first_mask = jnp.argmax(same, axis=1)
+    match = jnp.where(best > _FLT_MIN, first_best, first_mask).astype(jnp.int32)
+    # Rasterize the matched ground truth's polygons in each ROI's grid.
+    w = jnp.maximum(box[:, 2] - box[:, 0], 1)
+    h = jnp.maximum(box[:, 3] - box[:, 1], 1)
+    px = _divide((points[None, :, 0] - box[:, 0:1]) * m, w[:, None])    # [R, S], float like Paddle
+    py = _divide((points[None, :, 1] - box[:, 1:2]) * m, h[:, None])
+    # Vertices at 5× the grid, rounded half up (Paddle 2.6.2 rounds negative ones down too).
+    ix = jnp.floor(5.0 * px.astype(jnp.float64) + 0.5).astype(jnp.int64)
+    iy = jnp.floor(5.0 * py.astype(jnp.float64) + 0.5).astype(jnp.int64)
+    valid, rows = _crossings(ix, iy, ix[:, nxt], iy[:, nxt], m)       # [R, S, M]
+    mine = slot_fg[:, None] & (pt_gt[None, :] == match[:, None])       # [R, S]
+    valid = valid & mine[..., None]
+    local_poly = pt_poly[None, :] - l1[match][:, None]                   # [R, S]
+    pos = jnp.arange(m)[None, None, :] * m + rows                       # column-major position
+    slot_i = jnp.broadcast_to(jnp.arange(r_cap)[:, None, None], pos.shape)
+    poly_i = jnp.broadcast_to(local_poly[..., None], pos.shape)
+    pos = jnp.where(valid, pos, m * m + 1)
+    toggles = jnp.zeros((r_cap, p_cap, m * m + 1), jnp.int8).at[slot_i, poly_i, pos].add(
+        jnp.ones(pos.shape, jnp.int8), mode="drop")
+    inside = (lax.cumsum(toggles[..., :m * m], axis=2) & 1).astype(bool)  # parity up to each pixel
+    mask = jnp.any(inside, axis=1).reshape(r_cap, m, m).transpose(0, 2, 1).reshape(r_cap, m * m)
+    cls = jnp.where(slot_fg, labels[src], 0)
+    block = (jnp.arange(classes_n)[None, :] == cls[:, None]) & (cls > 0)[:, None]
+    mask_int = jnp.where(jnp.repeat(block, m * m, axis=1), jnp.tile(mask.astype(jnp.int32), (1, classes_n)), -1)
+    local = src - roi_off[img]
+    out_box = box * scale[:, None]
+    counts = jax.ops.segment_sum(slot_ok.astype(jnp.int32), img, n)
+    zero = lambda a: jnp.where(slot_ok.reshape((-1,) + (1,) * (a.ndim - 1)), a, 0)  # noqa: E731
+    return {"MaskRois": _with_offsets(zero(out_box), counts),
+            "RoiHasMaskInt32": _with_offsets(zero(local.astype(jnp.int32))[:, None], counts),
+            "MaskInt32": _with_offsets(zero(mask_int), counts)}
+
+
+lod_aware("generate_mask_labels")

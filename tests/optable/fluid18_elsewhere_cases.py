@@ -46,4 +46,5 @@ ELSEWHERE = {
     "get_tensor_from_selected_rows": _CTR + "test_selected_rows_helpers_pass_a_dense_tensor_through",
     "load": _CTR + "test_load_reads_what_save_vars_wrote_and_paddle_agrees",
     "generate_proposal_labels": _LABELS + "test_generate_proposal_labels_matches_paddle",
+    "generate_mask_labels": _LABELS + "test_generate_mask_labels_matches_paddle",
 }
