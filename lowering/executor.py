@@ -711,6 +711,12 @@ class Executor:
                     "no op before its reader computes it and it is not persistable"
                 raise FeedError(f"variable {name!r} has no value{where}: {hint}")
         written_set = set(written)
+        # The state read and written comes first, in the order it is passed in: JAX gives a donated
+        # buffer to the first output of its shape and dtype, so in any other order a parameter's
+        # buffer went to its moment's output, say, and XLA copied every such input before the
+        # step (a copy kernel per state variable: a third of a GPT step's kernels on a GPU).
+        mutable = tuple(n for n in external if n in written_set)
+        written = list(mutable) + [n for n in written if n not in set(mutable)]
         seeded = bool(program.random_seed)
         fixed = frozenset(i for i, op in enumerate(jit_ops) if seeded and registry.get(op.type).random
                           and any(block.var(n).persistable for n in op.output_arg_names))
@@ -719,7 +725,7 @@ class Executor:
         plan = _Plan(
             program=program, ops=jit_ops, host_ops=host_ops, feed_names=feed_names,
             fetch_names=fetch_names,
-            mutable_state=tuple(n for n in external if n in written_set),
+            mutable_state=mutable,
             const_state=tuple(n for n in external if n not in written_set),
             written_state=tuple(written),
             random=any(registry.get(op.type).random or "seed" in registry.get(op.type).attrs

@@ -165,6 +165,13 @@ def _adam(ctx, decoupled_decay: bool) -> dict:
     else:
         b1p_out = (b1p_in * beta1.astype(b1p_in.dtype)).astype(b1p_in.dtype)
         b2p_out = (b2p_in * beta2.astype(b2p_in.dtype)).astype(b2p_in.dtype)
+        # The pows are updated in place (donated) and also read for lr_t by another fusion: with
+        # nothing ordering the two, XLA copies each pow before the step (two copy kernels per
+        # parameter on a GPU). A select on a predicate computed from lr_t, true whatever lr_t
+        # holds (NaN > inf is false too), makes the update come after the read; XLA cannot fold it.
+        after_read = ~(lr_t > jnp.inf)
+        b1p_out = jnp.where(after_read, b1p_out, b1p_in)
+        b2p_out = jnp.where(after_read, b2p_out, b2p_in)
     return u.outputs(new_p, Moment1Out=u.keep(m1, m1_in), Moment2Out=u.keep(m2, m2_in),
                      Beta1PowOut=u.keep(b1p_out, b1p_in), Beta2PowOut=u.keep(b2p_out, b2p_in))
 
