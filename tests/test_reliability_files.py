@@ -300,7 +300,7 @@ def test_a_per_variable_checkpoint_killed_while_saving_loads_whole(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,n_vars,rounds", [("per-file", 2000, 8), ("combined", 2000, 4),
+@pytest.mark.parametrize("kind,n_vars,rounds", [("per-file", 2000, 3), ("combined", 2000, 4),
                                                 ("inference", 200, 4)])
 def test_checkpoints_killed_at_random_moments_load_whole(tmp_path, kind, n_vars, rounds):
     outcomes = _kill_rounds(tmp_path, kind, n_vars, rounds, seed=1)
