@@ -104,7 +104,6 @@ def ssd_loss(location: Variable, confidence: Variable, gt_box: Variable, gt_labe
                       "mining_type": mining_type, "sample_size": int(sample_size or 0)})
     # 4. Targets: encoded boxes (one sequence per image, like gt_box) and labels.
     encoded = L.box_coder(prior_box, prior_box_var, gt_box, code_type="encode_center_size")
-    encoded.lod_level = max(encoded.lod_level, gt_box.lod_level, 1)     # Paddle's box_coder shares the LoD
     target_bbox, target_loc_weight = target_assign(encoded, updated_indices, mismatch_value=background_label)
     target_label, target_conf_weight = target_assign(gt_label, updated_indices, negative_indices=neg_indices,
                                                      mismatch_value=background_label)

@@ -436,3 +436,42 @@ def test_ssd_loss_matches_a_numpy_ssd_loss_and_trains():
     assert (np.abs(g_conf).sum(-1) > 0).sum() < n * p and np.abs(g_loc).sum() > 0
     stepped = dict(feed, loc=feed["loc"] - 0.1 * g_loc, conf=feed["conf"] - 0.1 * g_conf)
     assert _run(main, stepped, [loss, *grads])[0].sum() < ours.sum()
+
+
+def test_box_coder_encode_keeps_the_target_boxes_lod_for_target_assign():
+    """box_coder's encoded boxes share TargetBox's LoD (Paddle's ShareLoD), so a user's own
+    box_coder -> target_assign chain (what ssd_loss does inside) builds and runs as in Paddle."""
+    rng = np.random.default_rng(11)
+    gt = np.sort(rng.uniform(0, 1, (3, 4)).astype("float32").reshape(3, 2, 2), axis=1).reshape(3, 4)
+    prior = np.sort(rng.uniform(0, 1, (5, 4)).astype("float32").reshape(5, 2, 2), axis=1).reshape(5, 4)
+    def build(assign):
+        gt_box = fluid.data("gt", [None, 4], "float32", lod_level=1)
+        pb = fluid.data("pb", [5, 4], "float32")
+        encoded = fluid.layers.box_coder(pb, [0.1, 0.1, 0.2, 0.2], gt_box, code_type="encode_center_size")
+        assert encoded.lod_level == 1
+        if not assign:
+            return [encoded]
+        return [encoded, fluid.layers.target_assign(encoded, fluid.data("match", [2, 5], "int32"), mismatch_value=0)[0]]
+
+    main, startup, guard = _programs()
+    with guard:
+        fetch = build(False)
+    feed = {"gt": gt, "pb": prior}
+    (ours,) = _run(main, dict(feed, gt=_lod(gt, [2, 1])), fetch, return_numpy=False)
+    (theirs,) = _paddle(main, feed, fetch, lods={"gt": [[2, 1]]})        # Paddle 2.6 has no target_assign
+    assert ours.recursive_sequence_lengths() == [[2, 1]] == theirs.recursive_sequence_lengths()
+    np.testing.assert_allclose(np.asarray(ours), np.array(theirs), rtol=1e-5, atol=1e-6)
+
+    main, startup, guard = _programs()
+    with guard:
+        fetch = build(True)
+    match_v = np.array([[0, -1, 1, -1, 0], [-1, 0, -1, -1, -1]], "int32")
+    _, assigned = _run(main, {"gt": _lod(gt, [2, 1]), "pb": prior, "match": match_v}, fetch)
+    # target_assign: prior j of image i takes encoded[offset_i + match[i, j], j] (NumPy)
+    enc = np.array(theirs)
+    want = np.zeros((2, 5, 4), "float32")
+    for i, start in enumerate((0, 2)):
+        for j in range(5):
+            if match_v[i, j] >= 0:
+                want[i, j] = enc[start + match_v[i, j], j]
+    np.testing.assert_allclose(assigned, want, rtol=1e-5, atol=1e-6)

@@ -183,10 +183,12 @@ def _box_coder_shape(ctx: InferShapeContext) -> None:
     ctx.check(not variance or len(variance) == 4, f"variance needs 4 values, got {variance}")
     if code == "encode_center_size":
         ctx.check(target.ndim == 2 and target.shape[1] in (4, -1), f"TargetBox must be [N, 4], got {target.shape}")
-        ctx.set_output("OutputBox", (target.shape[0], prior.shape[0], 4), target.dtype, 0)
+        # one row per target box: the rows keep TargetBox's sequences (Paddle's ShareLoD), as
+        # Fluid's ssd_loss needs for the target_assign that follows
+        ctx.set_output("OutputBox", (target.shape[0], prior.shape[0], 4), target.dtype, target.lod_level)
     else:
         ctx.check(target.ndim == 3 and target.shape[2] in (4, -1), f"TargetBox must be [N, M, 4], got {target.shape}")
-        ctx.set_output("OutputBox", target.shape, target.dtype, 0)
+        ctx.set_output("OutputBox", target.shape, target.dtype, target.lod_level)
 
 
 def _center_size(boxes, plus_one):
