@@ -263,12 +263,14 @@ def reduce_stacked(packed, infos: Sequence[dict]):
 # Array rooms that runs found too small: program -> (its version, {room key: elements}). A room
 # key is (block index, op index) of the ``while`` op whose loop fixes the room, or of the
 # ``write_to_array`` op outside loops whose index is computed. Read when a step is traced.
-def room_of(op, default: int) -> int:
-    """The room ``op`` (a ``while`` or ``write_to_array``) fixes: ``default`` unless a run needed more."""
+def room_of(op, default: int, key: tuple = ()) -> int:
+    """The room ``op`` (a ``while`` or ``write_to_array``) fixes: ``default`` unless a run needed more.
+    ``key`` names another size the op fixes the same way (a loop variable's bound on its longest
+    sequence: ``("longest", name, level)``; a check's ``room_key``)."""
     store = getattr(op.block.program, "_array_rooms", None)
     if store is None or store[0] != op.block.program._version:
         return default
-    return max(default, store[1].get(_room_key(op), 0))
+    return max(default, store[1].get(_room_key(op) + tuple(key), 0))
 
 
 def _room_key(op) -> tuple[int, int]:
@@ -292,6 +294,12 @@ def grow_rooms(plan_ops_program, oks: np.ndarray, values: np.ndarray, infos: Seq
         # ``needed`` is the capacity the writes asked for; a loop's room is per write op of its body
         # and each write got at least ``room`` elements, so room >= needed makes them fit.
         new = min(bucket(max(needed, 2 * room, 1)), cap)
+        if needed > cap and info.get("what"):
+            op = info["op"]
+            return BoundExceededError(
+                f"op {op.type!r} created at {op.location}: {info['what'].replace('{needed}', str(needed)).replace('{cap}', str(cap))} "
+                "(FLAGS_max_array_room). The run was not applied; the scope is as before it.",
+                op_type=op.type, bound=cap, location=op.location)
         if needed > cap:
             op = info["op"]
             return BoundExceededError(
@@ -301,7 +309,7 @@ def grow_rooms(plan_ops_program, oks: np.ndarray, values: np.ndarray, infos: Seq
                 "cap with fj.set_flags({'FLAGS_max_array_room': n}), or bound the loop "
                 "(layer.while_loop(..., max_iterations=n)).",
                 op_type=op.type, bound=cap, location=op.location)
-        key = _room_key(owner)
+        key = _room_key(owner) + tuple(info.get("room_key", ()))
         store[1][key] = max(store[1].get(key, 0), new)
     return True
 

@@ -153,6 +153,36 @@ def longest_of(offsets_level) -> int | None:
     return hit[1] if hit is not None and hit[0] is offsets_level else None
 
 
+def note_longest(offsets_level, n: int) -> None:
+    """Record ``n`` as the bucketed longest sequence of ``offsets_level`` for the rest of the step's
+    trace (:func:`longest_of`): for offsets an op built whose longest sequence is bounded by its
+    input's (``sequence_expand`` copies whole sequences of X). Nothing outside a step's trace."""
+    table = getattr(_bounds, "table", None)
+    if table is not None and n is not None:
+        table[id(offsets_level)] = (offsets_level, int(n))
+
+
+@contextlib.contextmanager
+def assumed_longest(pairs):
+    """While a loop body is traced: ``pairs`` (offsets array, bound) recorded as
+    :func:`note_longest` does, removed afterwards. The loop checks each iteration's values against
+    the bounds at run time (``while_loop._Loop``), so an op of the body may size its output by them."""
+    table = getattr(_bounds, "table", None)
+    if table is None or not pairs:
+        yield
+        return
+    added = []
+    for arr, n in pairs:
+        if id(arr) not in table:
+            table[id(arr)] = (arr, int(n))
+            added.append(id(arr))
+    try:
+        yield
+    finally:
+        for key in added:
+            table.pop(key, None)
+
+
 def to_host(value: LoDValue) -> tuple[np.ndarray, list[list[int]]]:
     """A fetched :class:`LoDValue` cut back to its real rows and sequences: (data, lod)."""
     offsets = [np.asarray(o) for o in value.offsets]

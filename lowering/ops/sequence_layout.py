@@ -18,7 +18,7 @@ from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
 from ..checks import bound_checked
-from ..lod_value import LoDValue
+from ..lod_value import LoDValue, longest_of, note_longest
 from ..lower import lod_aware
 
 
@@ -128,9 +128,16 @@ def sequence_expand(ctx):
     n_out = max(ref_bound, 1)                   # output sequences: one per entry of ref
     src_seq, _, seq_real = _owner(ref - ref[0], n_out)
     out_off = _with_zero(jnp.where(seq_real, x_len[src_seq], 0))
-    out_rows = max(ref_bound * data.shape[0], 1)
+    # Each output sequence is a copy of one of X's, so Out has at most ref_bound × X's longest
+    # sequence rows: with a bound on that (a fed LoD's bucketed longest, or a loop variable's bound
+    # its loop checks every iteration: while_loop._Loop) far fewer than ref_bound × X's rows (the
+    # book's beam decoder: 256 prefixes × a 16-word bound, not × 1,024 padded rows).
+    longest = longest_of(x_off)
+    out_rows = ref_bound * data.shape[0] if longest is None else ref_bound * min(longest, data.shape[0])
+    out_rows = max(out_rows, 1)
     seg, pos, real = _owner(out_off, out_rows)
     source = jnp.clip(x_off[src_seq[seg]] + pos, 0, data.shape[0] - 1)
+    note_longest(out_off, longest)
     return {"Out": LoDValue(_rows_where(real, data[source]), (out_off,))}
 
 

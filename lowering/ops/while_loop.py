@@ -19,7 +19,7 @@ from ...ir.program import EMPTY_VAR_NAME
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, grad_rule
 from ..checks import all_ok, bound_checked, merge_packed, room_of
-from ..lod_value import LoDValue
+from ..lod_value import LoDValue, assumed_longest, longest_of
 from ..lower import CHECKS, block_refs, lod_aware
 from ._control import (_constant, _cotangents, _given, _keep_declared, _last_writer, _restore, _scope, _strong,
                        _tree_map, _truth, _where, _zeros)
@@ -31,7 +31,7 @@ from .tensor_array import (_IN_LOOP, _LOOP_OWNER, DEFAULT_LOOP_CAPACITY, TensorA
 class _Loop:
     """A ``while`` op's loop: which names it carries, their values before it, the rest it reads."""
 
-    def __init__(self, ctx, fwd_op, sub, given: dict, key) -> None:
+    def __init__(self, ctx, fwd_op, sub, given: dict, key, assume: bool = False) -> None:
         self.op, self.sub, self.key, self.ctx = fwd_op, sub, key, ctx
         conds = [n for n in fwd_op.input("Condition") if n != EMPTY_VAR_NAME]
         if len(conds) != 1:
@@ -40,11 +40,16 @@ class _Loop:
         outs = [n for n in fwd_op.output("Out") if n != EMPTY_VAR_NAME]
         self.carried = list(dict.fromkeys(outs + [self.cond_name]))
         init, missing = {}, []
+        # Bounds on the longest sequence of the LoD loop variables, per level (see _longest_bounds):
+        # the body is traced with them, and every iteration's values are checked against them.
+        self.longest = {}
         for n in self.carried:
             v = given.get(n, ctx.env.get(n))
             if v is None:
                 missing.append(n)
             else:
+                if assume and v.__class__ is LoDValue:
+                    self.longest.update(_longest_bounds(fwd_op, n, v))
                 init[n] = _strong(v)
         self.consts = {n: v for n, v in given.items() if n not in self.carried}
         # Arrays the body writes keep one capacity through the loop: room made before it starts,
@@ -66,6 +71,9 @@ class _Loop:
             self._widen_arrays(init)                 # arrays the wider variables feed
             init[_FIT] = (jnp.asarray(True), jnp.zeros((), jnp.int64))
             self.carried.append(_FIT)
+        if self.longest:
+            init[_LONGEST] = {k: (jnp.asarray(True), jnp.zeros((), jnp.int64)) for k in self.longest}
+            self.carried.append(_LONGEST)
         self.checked = False
         if missing or sub.checks is not None:
             # Variables the body writes for the first time: zeros of the type one iteration gives.
@@ -148,7 +156,11 @@ class _Loop:
                     f"({[str(x.dtype) for x in la]} before, {[str(y.dtype) for y in lb]} after one)")
 
     def _body(self, carry: dict, consts: dict, i) -> dict:
-        return self.sub({**consts, **carry, _IN_LOOP: self.room, _LOOP_OWNER: (self.op, self.trips)}, self._key(i))
+        pairs = [(v.offsets[level], bound) for (n, level), bound in self.longest.items()
+                 if (v := carry.get(n)).__class__ is LoDValue and level < len(v.offsets)]
+        with assumed_longest(pairs):
+            return self.sub({**consts, **carry, _IN_LOOP: self.room, _LOOP_OWNER: (self.op, self.trips)},
+                            self._key(i))
 
     def step(self, carry: dict, consts: dict, i) -> dict:
         """One iteration: the body run on ``carry`` (and ``consts``); the new carry."""
@@ -158,6 +170,9 @@ class _Loop:
             new[n], fits, needed = _fit_lod(new[n], rows, entries)
             ok, most = carry[_FIT]
             new[_FIT] = (ok & fits, jnp.maximum(most, needed))
+        if self.longest:
+            new[_LONGEST] = {k: _within_longest(new[k[0]], k[1], bound, carry[_LONGEST][k])
+                             for k, bound in self.longest.items()}
         if self.checked:
             new[CHECKS] = merge_packed(carry[CHECKS], written[CHECKS], self.sub.check_infos)
         return new
@@ -225,7 +240,7 @@ def while_(ctx):
     given = _given(ctx.op.input("X"), ctx.inputs("X"))
     given.update(_given(ctx.op.input("Condition"), ctx.inputs("Condition")))
     key = sub.base_key()
-    loop = _Loop(ctx, ctx.op, sub, given, key)
+    loop = _Loop(ctx, ctx.op, sub, given, key, assume=ctx.checks is not None)
     final, _ = loop.run(loop.init, loop.consts)
     if loop.checked:
         sub.report(final[CHECKS])
@@ -237,7 +252,41 @@ def while_(ctx):
             "message": f"loop variable(s) {names} grew past the rows or sequences their first iteration "
                        f"gave them ({ {n: r for n, (r, _) in loop.capacity.items()} } rows); the loop carries "
                        "one shape, fixed when the step compiles (real rows or sequences needed)"})
+    for (n, level), bound in loop.longest.items():
+        ok, needed = final[_LONGEST][(n, level)]
+        ctx.checks.check_bound(ctx.op, ok, needed, {
+            "kind": "room", "owner": ctx.op, "room": bound, "room_key": ("longest", n, level), "array": n,
+            "what": f"loop variable {n!r} has a sequence (level {level}) of {{needed}} entries, but its bound "
+                    f"(the longest its loop may carry) may be at most {{cap}}"})
     return {"Out": [final.get(n) for n in ctx.op.output("Out")], "StepScopes": _scope(given, key)}
+
+
+# The carry entry of a loop whose LoD variables have bounds on their longest sequence: per
+# (variable, level), (every iteration's value kept to the bound, the longest sequence one had).
+_LONGEST = "@fluidjax:loop-longest@"
+
+
+def _longest_bounds(fwd_op, name: str, value) -> dict:
+    """{(name, level): bound} for the levels of a LoD loop variable whose value before the loop has
+    a known bound on its longest sequence (a fed LoD's bucket, ``lod_value.longest_of``), or a
+    larger one a run found necessary (``checks.room_of``: a run whose iterations made a longer
+    sequence is done again with the bound grown, as an array's room is)."""
+    out = {}
+    for level, offsets in enumerate(value.offsets):
+        longest = longest_of(offsets)
+        if longest is not None:
+            out[(name, level)] = room_of(fwd_op, max(int(longest), 1), ("longest", name, level))
+    return out
+
+
+def _within_longest(value, level: int, bound: int, before):
+    """The running (ok, longest) check of one loop variable's level against its bound."""
+    ok, most = before
+    if value.__class__ is not LoDValue or level >= len(value.offsets):
+        return before
+    o = value.offsets[level]
+    longest = jnp.max(o[1:] - o[:-1], initial=0).astype(jnp.int64) if o.shape[0] > 1 else jnp.zeros((), jnp.int64)
+    return ok & (longest <= bound), jnp.maximum(most, longest)
 
 
 # The carry entry of a loop whose LoD variables have a capacity: (every value fit so far, the most
@@ -395,7 +444,9 @@ def while_grad(ctx):
     if not isinstance(ctx.input("StepScopes"), dict):
         raise OpRuntimeError(f"{_where(ctx.op)}: needs StepScopes, the forward loop's saved inputs (its "
                              "loop variables are overwritten by the loop)")
-    loop = _Loop(ctx, fwd_op, sub, given, key)
+    # The same bounds as the forward loop (which checks them in the same step): the same shapes, so
+    # XLA can share the recomputed forward with the real one.
+    loop = _Loop(ctx, fwd_op, sub, given, key, assume=ctx.checks is not None)
     grad_names = ctx.op.output("X@GRAD")
     wanted = list(dict.fromkeys(n for i, n in enumerate(names) if i < len(grad_names)
                                 and grad_names[i] != EMPTY_VAR_NAME and _diffable(given.get(n))))
