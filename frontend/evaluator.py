@@ -11,7 +11,9 @@ program filling the states with 0, ``eval(executor)`` one computing the metric f
 - ``EditDistance(input, label, ignored_tokens=None)``: ``edit_distance`` per batch (``metrics``:
   the batch's total distance and its count of sequences with a distance other than 0); ``eval``
   returns the pass's ``(average distance, instance error rate)``.
-- ``DetectionMAP``: not offered (fluidjax has no ``detection_map`` op).
+- ``DetectionMAP(input, gt_label, gt_box, gt_difficult=None, class_num=None, ...)``: two
+  ``detection_map`` ops (the batch's mAP, and the mAP accumulated in persistable state), as
+  ``fluid.metrics.DetectionMAP``; ``reset`` sets its ``has_state`` to 0.
 
 One difference: the states are also zero-filled by the startup program (Fluid left them
 uninitialized until the first ``reset``).
@@ -24,7 +26,6 @@ import warnings
 import numpy as np
 
 from ..ir import unique_name
-from ..ir.errors import NotOfferedError
 from ..ir.program import Program, default_main_program, default_startup_program
 from ..ir.variable import Variable
 from .framework import program_guard
@@ -32,7 +33,8 @@ from .initializer import Constant
 from .crf_layers import chunk_eval, edit_distance
 from .math_layers import elementwise_div, elementwise_sub, equal, reduce_sum, sums
 from .tensor_layers import cast, fill_constant, reshape
-from .metrics import chunk_scores
+from .layer_helper import LayerHelper
+from .metrics import _append_detection_map, _detection_label, _detection_map_states, chunk_scores
 
 __all__ = ["ChunkEvaluator", "EditDistance", "DetectionMAP"]
 
@@ -140,9 +142,38 @@ class EditDistance(Evaluator):
         return np.array(result[0]), np.array(result[1])
 
 
-class DetectionMAP:
-    """Fluid's in-graph detection mAP evaluator: not offered (no ``detection_map`` op)."""
+class DetectionMAP(Evaluator):
+    """Fluid's in-graph detection mAP evaluator (deprecated there for ``fluid.metrics.DetectionMAP``,
+    which it equals): ``get_map_var()`` gives (the batch's mAP, the mAP accumulated since the last
+    ``reset``); ``reset(executor)`` sets ``has_state`` to 0 so the next run starts over. The
+    states (positive counts, accumulated rows) are zero-filled by the startup program; see
+    ``fluid.metrics.DetectionMAP`` for the differences from Fluid."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        raise NotOfferedError("fluid.evaluator.DetectionMAP: the detection mAP is computed by Paddle's detection_map "
-                              "op, which fluidjax does not have (docs/fluid1.md)")
+    def __init__(self, input, gt_label, gt_box, gt_difficult=None, class_num=None, background_label=0,
+                 overlap_threshold=0.5, evaluate_difficult=True, ap_version="integral") -> None:
+        super().__init__("map_eval")
+        self.helper = LayerHelper("map_eval")
+        label = _detection_label(gt_label, gt_box, gt_difficult)
+        self.cur_map = _append_detection_map(self.helper, input, label, class_num, overlap_threshold,
+                                             evaluate_difficult, ap_version)
+        _detection_map_states(lambda suffix, dtype, shape: self._create_state(suffix, dtype, shape), class_num,
+                              input.dtype)
+        self.has_state = default_main_program().global_block().create_var(
+            unique_name.generate("map_eval.has_state"), (1,), "int32", persistable=True, stop_gradient=True)
+        Constant(0)(self.has_state, default_startup_program().global_block())
+        self.accum_map = _append_detection_map(self.helper, input, label, class_num, overlap_threshold,
+                                               evaluate_difficult, ap_version, has_state=self.has_state,
+                                               input_states=self.states, out_states=self.states)
+        fill_constant([1], "int32", 1, out=self.has_state)
+
+    def get_map_var(self):
+        """(the current batch's mAP, the accumulated mAP): [1] variables."""
+        return self.cur_map, self.accum_map
+
+    def reset(self, executor, reset_program: Program | None = None) -> None:
+        """Start the accumulation over (``has_state`` = 0; the states themselves are kept)."""
+        reset_program = Program() if reset_program is None else reset_program
+        with program_guard(reset_program, Program()):
+            var = _clone_var(reset_program.current_block(), self.has_state)
+            fill_constant(list(var.shape), var.dtype, 0, out=var)
+        executor.run(reset_program)

@@ -2,8 +2,8 @@
 
 A metric is updated with fetched NumPy values after each run (``update``), read with ``eval``
 and cleared with ``reset``; ``get_config`` returns its name and a copy of its states (the
-attributes not starting with ``_``), as in Fluid. Nothing here adds ops to a program (Fluid 1.8's
-``DetectionMAP``, which does, is not offered: fluidjax has no ``detection_map`` op).
+attributes not starting with ``_``), as in Fluid. Only ``DetectionMAP`` adds ops to a program
+(Paddle's ``detection_map``, computed in the step, see its docstring).
 
 Where this differs from Fluid 1.8: a one-element array of any rank counts as a number wherever
 Fluid required a number or a ``[1]`` array (fluidjax fetches means and counts 0-d, see
@@ -18,7 +18,6 @@ import numbers
 
 import numpy as np
 
-from ..ir.errors import NotOfferedError
 
 __all__ = ["MetricBase", "CompositeMetric", "Precision", "Recall", "Accuracy", "ChunkEvaluator", "EditDistance",
            "DetectionMAP", "Auc"]
@@ -273,10 +272,108 @@ class Auc(MetricBase):
         return auc / tot_pos / tot_neg if tot_pos > 0.0 and tot_neg > 0.0 else 0.0
 
 
-class DetectionMAP:
-    """Fluid 1.8's in-graph detection mAP: not offered (fluidjax has no ``detection_map`` op)."""
+def _detection_label(gt_label, gt_box, gt_difficult):
+    """Fluid's Label input of ``detection_map``: [label, (difficult,) xmin, ymin, xmax, ymax] rows."""
+    from .tensor_layers import cast, concat
 
-    def __init__(self, *args, **kwargs) -> None:
-        raise NotOfferedError("fluid.metrics.DetectionMAP: the detection mAP is computed by Paddle's detection_map "
-                              "op, which fluidjax does not have; compute mAP on the host from fetched detections "
-                              "(docs/fluid1.md)")
+    gt_label = cast(gt_label, gt_box.dtype)
+    if gt_difficult is not None:
+        return concat([gt_label, cast(gt_difficult, gt_box.dtype), gt_box], axis=1)
+    return concat([gt_label, gt_box], axis=1)
+
+
+def _append_detection_map(helper, detect_res, label, class_num, overlap_threshold, evaluate_difficult, ap_version,
+                          has_state=None, input_states=None, out_states=None):
+    """Fluid 1.8's ``layers.detection.detection_map``: appends the op and returns its MAP [1].
+    As in Fluid 1.8, ``background_label`` is not passed on (the op's default, 0, holds)."""
+    if not isinstance(class_num, int) or class_num <= 0:
+        raise ValueError(f"DetectionMAP needs class_num, a positive int (the number of classes), got {class_num!r}")
+    if ap_version not in ("integral", "11point"):
+        raise ValueError(f"DetectionMAP: ap_version must be 'integral' or '11point', got {ap_version!r}")
+    map_out = helper.create_tmp("float32", stop_gradient=True)
+    outs = list(out_states) if out_states else [helper.create_tmp(t, stop_gradient=True)
+                                                for t in ("int32", detect_res.dtype, detect_res.dtype)]
+    ins = list(input_states) if input_states else [None, None, None]
+    helper.append_op(
+        "detection_map",
+        inputs={"Label": label, "DetectRes": detect_res, "HasState": has_state, "PosCount": ins[0],
+                "TruePos": ins[1], "FalsePos": ins[2]},
+        outputs={"MAP": map_out, "AccumPosCount": outs[0], "AccumTruePos": outs[1], "AccumFalsePos": outs[2]},
+        attrs={"overlap_threshold": float(overlap_threshold), "evaluate_difficult": bool(evaluate_difficult),
+               "ap_type": ap_version, "class_num": class_num})
+    return map_out
+
+
+def _detection_map_states(create, class_num: int, dtype):
+    """The accumulating op's state: positive counts [C, 1] and the true / false positive rows, each
+    zero-filled by the startup program as an empty state with the op's initial room (the layout of
+    lowering/ops/detection_map.py), so the first run compiles the shapes later runs use."""
+    from ..lowering.ops.detection_map import INITIAL_ROOM
+
+    rows = [INITIAL_ROOM + class_num + 1, 2]
+    return [create("accum_pos_count", "int32", [class_num, 1]),
+            create("accum_true_pos", dtype, rows), create("accum_false_pos", dtype, rows)]
+
+
+class DetectionMAP:
+    """Fluid 1.8's in-graph detection mAP: ``get_map_var()`` gives (the batch's mAP, the mAP
+    accumulated since the last ``reset``), both [1] variables to fetch.
+
+    ``input`` is the detections (a LoD tensor [M, 6]: label, score, xmin, ymin, xmax, ymax, one
+    sequence per image, as ``multiclass_nms`` / ``detection_output`` give), ``gt_label`` [G, 1],
+    ``gt_box`` [G, 4] and ``gt_difficult`` [G, 1] (or None) the ground truths (LoD tensors with one
+    sequence per image). Two ``detection_map`` ops are added to the main program: one for the
+    batch, one adding the batch to persistable state (``has_state``, the positive counts, the
+    accumulated rows), then ``has_state`` is set to 1. ``reset(executor)`` sets ``has_state`` to 0,
+    so the next run starts over.
+
+    Differences from Fluid 1.8: the states are zero-filled by the startup program (Fluid left them
+    uninitialized), the rows state has the input's dtype (Fluid declared float32) and holds its
+    rows in the padded layout of ops/detection_map.py. As in Fluid 1.8, ``background_label`` does
+    not reach the op (it keeps its default 0: classes with no positives are left out of the mAP).
+    """
+
+    def __init__(self, input, gt_label, gt_box, gt_difficult=None, class_num=None, background_label=0,
+                 overlap_threshold=0.5, evaluate_difficult=True, ap_version="integral") -> None:
+        from ..ir import unique_name
+        from .initializer import Constant
+        from .layer_helper import LayerHelper
+        from .tensor_layers import fill_constant
+
+        self.helper = LayerHelper("map_eval")
+        label = _detection_label(gt_label, gt_box, gt_difficult)
+        self.cur_map = _append_detection_map(self.helper, input, label, class_num, overlap_threshold,
+                                             evaluate_difficult, ap_version)
+        prefix = unique_name.generate(self.helper.name)
+
+        def create(suffix, dtype, shape):
+            var = self.helper.main_program.global_block().create_var(
+                f"{prefix}_{suffix}", tuple(shape), dtype, persistable=True, stop_gradient=True)
+            Constant(0)(var, self.helper.startup_program.global_block())
+            return var
+
+        states = _detection_map_states(create, class_num, input.dtype) if isinstance(class_num, int) else None
+        self.has_state = create("has_state", "int32", [1])
+        self.accum_map = _append_detection_map(self.helper, input, label, class_num, overlap_threshold,
+                                               evaluate_difficult, ap_version, has_state=self.has_state,
+                                               input_states=states, out_states=states)
+        fill_constant([1], "int32", 1, out=self.has_state)
+
+    def get_map_var(self):
+        """(the current batch's mAP, the accumulated mAP): [1] variables."""
+        return self.cur_map, self.accum_map
+
+    def reset(self, executor, reset_program=None) -> None:
+        """Start the accumulation over: runs ``reset_program`` (a new program by default) setting
+        ``has_state`` to 0."""
+        from ..ir.program import Program
+        from .framework import program_guard
+        from .tensor_layers import fill_constant
+
+        reset_program = Program() if reset_program is None else reset_program
+        with program_guard(reset_program, Program()):
+            block = reset_program.current_block()
+            var = block.var(self.has_state.name) if block.has_var(self.has_state.name) else block.create_var(
+                self.has_state.name, self.has_state.shape, self.has_state.dtype, persistable=True)
+            fill_constant(list(var.shape), var.dtype, 0, out=var)
+        executor.run(reset_program)

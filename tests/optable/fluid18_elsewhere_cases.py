@@ -10,6 +10,7 @@ _TARGETS = "tests/test_fluid1_detection_targets.py::"
 _ROI = "tests/test_fluid1_roi_and_sampled_losses.py::"
 _CTR = "tests/test_fluid1_ctr_and_odds.py::"
 _LABELS = "tests/test_fluid1_detection_labels.py::"
+_MAP = "tests/test_fluid1_detection_map.py::"
 
 ELSEWHERE = {
     "multiclass_nms": _BOXES + "test_multiclass_nms_rows_and_lod_match_paddle",
@@ -47,4 +48,5 @@ ELSEWHERE = {
     "load": _CTR + "test_load_reads_what_save_vars_wrote_and_paddle_agrees",
     "generate_proposal_labels": _LABELS + "test_generate_proposal_labels_matches_paddle",
     "generate_mask_labels": _LABELS + "test_generate_mask_labels_matches_paddle",
+    "detection_map": _MAP + "test_detection_map_accumulates_like_paddle",
 }
