@@ -141,6 +141,9 @@ class OpDef:
     host: bool = False
     # Draws random numbers: ctx.rng() gives it a key.
     random: bool = False
+    # Acts outside the step each time it runs (prints, calls Python, reads a file): never evaluated
+    # while tracing, even on constant inputs (that would act once, at compile time).
+    effect: bool = False
     doc: str = ""
     # Set for `<type>_grad` ops made by the registry: the forward op type.
     forward_type: str | None = None
@@ -170,6 +173,7 @@ def op(
     host: bool = False,
     random: bool = False,
     grad_maker: Callable | None = None,
+    effect: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Register the decorated JAX rule as op ``type`` (see the module docstring)."""
 
@@ -187,6 +191,7 @@ def op(
             grad_maker=grad_maker,
             host=host,
             random=random,
+            effect=effect,
             doc=(compute.__doc__ or "").strip(),
         )
         register(opdef)

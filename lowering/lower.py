@@ -120,7 +120,7 @@ _FOLD_LIMIT = 4096
 
 def _foldable(opdef, op, values) -> bool:
     """Whether ``op`` computes on small concrete values only (see run_op)."""
-    if opdef.random or opdef.host or opdef.forward_type is not None:
+    if opdef.random or opdef.host or opdef.effect or opdef.forward_type is not None:
         return False
     given = [v for vs in values.values() for v in vs if v is not None]
     if given:

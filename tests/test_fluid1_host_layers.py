@@ -67,6 +67,34 @@ def test_print_with_its_result_dropped_still_prints(capfd):
     assert "dropped" in out and "  - data: [0 1 2 3 4 5]" in out, out
 
 
+def test_print_and_py_func_of_constants_act_on_every_run(capfd):
+    """A Print or py_func whose input is a constant (fill_constant) acts each time the program
+    runs, as in Fluid: small constant arithmetic is evaluated while tracing, but ops with an effect
+    never are (they printed, or called the function, once at compile time and never again)."""
+    calls = []
+
+    def double(a):
+        calls.append(1)
+        return np.asarray(a) * 2
+
+    def build():
+        c = L.fill_constant([2], "float32", 3.0)
+        shown = L.Print(c, message="a constant")
+        out = fluid.default_main_program().global_block().create_var(name="doubled", shape=[2], dtype="float32")
+        L.py_func(func=double, x=c, out=out)
+        return [L.elementwise_add(shown, out)]
+
+    main, _, (total,) = _program(build)
+    exe = fluid.Executor(fluid.CPUPlace())
+    capfd.readouterr()
+    for _ in range(3):
+        got, = exe.run(main, fetch_list=[total])
+        np.testing.assert_array_equal(got, [9.0, 9.0])
+    out = capfd.readouterr().out
+    assert out.count("a constant") == 3, out
+    assert len(calls) == 3
+
+
 def test_print_first_n_and_phases(capfd):
     def build():
         x = fluid.data("x", [-1, 2], "float32")

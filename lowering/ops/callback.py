@@ -61,7 +61,7 @@ def _print_grad_maker(op, out_grads, in_grads):
     attrs={"first_n": -1, "message": "", "summarize": 20, "print_tensor_name": True, "print_tensor_type": True,
            "print_tensor_shape": True, "print_tensor_layout": True, "print_tensor_lod": True,
            "print_phase": "BOTH", "is_forward": True},
-    infer_shape=same_as("In"), grad_maker=_print_grad_maker)
+    infer_shape=same_as("In"), grad_maker=_print_grad_maker, effect=True)
 def print_(ctx):
     """Out = In; prints In on the host (stdout) as the step runs: in the forward pass when
     ``print_phase`` is FORWARD or BOTH, its gradient op (``is_forward`` False) in the backward pass
@@ -132,7 +132,7 @@ def _host_array(value, struct):
 
 @op("py_func", inputs="X*", outputs="Out*",
     attrs={"forward_callable_id": -1, "backward_callable_id": -1, "backward_skip_vars": Attr("strings", [])},
-    infer_shape=_py_func_shape)
+    infer_shape=_py_func_shape, effect=True)
 def py_func(ctx):
     """Out = func(*X) on the host (``jax.pure_callback``: the function must be pure). A declared
     -1 dim of an output takes X[0]'s size at that dim. The gradient calls the backward function with

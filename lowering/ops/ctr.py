@@ -22,8 +22,8 @@ helpers merge_selected_rows / get_tensor_from_selected_rows, and load (a tensor 
 - ``load`` reads Paddle's tensor stream (the layout of ``save`` / ``fluid.io.save_vars``) when the
   step runs, through a host callback: the file's header (dtype, shape, LoD) is read while the step
   is traced and fixes the output's shape; each run reads the data again and checks that the header
-  is unchanged. It is never folded into a constant (it is marked ``random`` for that: it draws no
-  numbers), so a rerun sees the file as it is then.
+  is unchanged. It is never folded into a constant (an ``effect`` op), so a rerun sees the file
+  as it is then.
 """
 
 from __future__ import annotations
@@ -516,7 +516,7 @@ def _load_shape(ctx: InferShapeContext) -> None:
 
 @op("load", inputs="", outputs="Out",
     attrs={"file_path": "", "load_as_fp16": False, "seek": Attr("long", -1), "shape": Attr("longs", [])},
-    infer_shape=_load_shape, grad=None, random=True)
+    infer_shape=_load_shape, grad=None, effect=True)
 def load(ctx):
     """Out = the tensor saved in ``file_path`` (Paddle's ``save`` / ``save_vars`` layout), with its
     LoD; ``load_as_fp16`` casts it to float16; ``seek`` ≥ 0 reads ``shape`` elements from element
