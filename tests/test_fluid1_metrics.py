@@ -119,13 +119,6 @@ def test_composite_metric_and_get_config():
         prec.update([0.9], labels)
 
 
-def test_detection_map_is_refused():
-    with pytest.raises(NotOfferedError, match="detection_map"):
-        fluid.metrics.DetectionMAP(None, None, None)
-    with pytest.raises(NotOfferedError):
-        fluid.evaluator.DetectionMAP(None, None, None)
-
-
 def _lod(data, lengths):
     t = fluid.LoDTensor(np.asarray(data))
     t.set_recursive_sequence_lengths([list(lengths)])
