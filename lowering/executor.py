@@ -321,7 +321,10 @@ class Executor:
         binding = plan.last_scope                 # bound to this scope by _prepare, in this run
         tensors = binding[3] if binding[0]() is scope else self._written_tensors(plan, scope)
         for tensor, value in zip(tensors, new_state):
-            tensor._value = value
+            if value.__class__ is LoDValue:
+                _store_lod_value(tensor, value)
+            else:
+                tensor._value = value
         if plan.random:
             self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
         return fetches, None
@@ -1048,6 +1051,15 @@ def _declares_lod(program, name: str) -> bool:
     program = program if isinstance(program, Program) else getattr(program, "program", None)
     var = program.global_block().find_var(name) if program is not None else None
     return var is None or var.lod_level > 0
+
+
+def _store_lod_value(tensor: LoDTensor, value: LoDValue) -> None:
+    """A persistable variable given a LoD value (``assign`` of a sequence to a global variable):
+    the scope holds its real rows and its LoD, as Paddle's does. (Stored as it came, the padded
+    value read back as an object array and could not be saved.)"""
+    data, lod = to_host(value)
+    tensor._value, tensor._lod = jnp.asarray(data), []
+    tensor.set_lod(lod)
 
 
 def _lod_tensor(data: np.ndarray, lod) -> LoDTensor:

@@ -412,3 +412,27 @@ def test_rows_after_expanding_a_plain_tensor_keep_their_count():
     assert ours[0].shape == (5, 4)
     for name, a, b in zip(fetch, ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_persistable_variable_assigned_a_sequence_holds_its_rows_and_lod(tmp_path):
+    """assign of a LoD value to a global (persistable) variable: the scope holds the real rows and
+    the LoD (as Paddle's scope does), so it reads, saves and loads back; the next run works."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = fj.data("x", [None, 2], "float32", lod_level=1)
+        keep = layer.create_global_var([1, 2], 0.0, "float32", persistable=True, name="keep")
+        layer.assign(layer.scale(x, 2.0), output=keep)
+        total = layer.reduce_sum(x)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    data = np.arange(6, dtype="float32").reshape(3, 2)                 # 3 rows: padded to a bucket of 4
+    for _ in range(2):
+        got, = exe.run(main, feed={"x": _lod_tensor(data, [[2, 1]])}, fetch_list=[total], scope=scope)
+        assert float(got) == data.sum()
+        held = scope.find_var("keep").get_tensor()
+        np.testing.assert_array_equal(np.array(held), 2 * data)
+        assert held.recursive_sequence_lengths() == [[2, 1]]
+    fj.io.save_persistables(exe, str(tmp_path), main_program=main, scope=scope)
+    loaded = fj.Scope()
+    fj.io.load_persistables(exe, str(tmp_path), main_program=main, scope=loaded)
+    np.testing.assert_array_equal(np.array(loaded.find_var("keep").get_tensor()), 2 * data)
