@@ -139,36 +139,9 @@ def inplace_abn(input: Variable, act=None, is_test: bool = False, momentum=0.9, 
         raise ValueError(f"inplace_abn: act must be one of {list(_ABN_ACTIVATIONS)}, got {act!r}")
     if input.dtype not in ("float32", "float64"):
         raise TypeError(f"inplace_abn: input must be float32 or float64, got {input.dtype}")
-    from .nn_layers import _scale_and_bias
-    helper = LayerHelper("inplace_abn", name)
-    if data_layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"inplace_abn: unsupported data_layout {data_layout!r}")
-    if not 2 <= input.ndim <= 5:
-        raise ShapeError(f"inplace_abn: input {input.name!r} must have rank 2 to 5, got {input.shape}")
-    c = input.shape[input.ndim - 1 if data_layout == "NHWC" and input.ndim > 2 else 1]
-    if c < 0:
-        raise ShapeError(f"inplace_abn: the channel dim of {input.name!r} {input.shape} must be known")
-    dtype = input.dtype
-    inputs = _scale_and_bias(helper, {"X": input}, param_attr, bias_attr, (c,), dtype)
-    mean = helper.create_parameter(ParamAttr(name=moving_mean_name, initializer=Constant(0.0), trainable=False),
-                                   (c,), dtype)
-    variance = helper.create_parameter(
-        ParamAttr(name=moving_variance_name, initializer=Constant(1.0), trainable=False), (c,), dtype)
-    mean.stop_gradient = variance.stop_gradient = True
-    inputs.update(Mean=mean, Variance=variance)
-    attrs = {"epsilon": float(epsilon), "is_test": bool(is_test), "data_layout": data_layout,
-             "use_global_stats": bool(use_global_stats), "trainable_statistics": False}
-    if isinstance(momentum, Variable):
-        inputs["MomentumTensor"] = momentum
-        attrs["momentum"] = 0.9
-    else:
-        attrs["momentum"] = float(momentum)
-    y = helper.create_tmp(dtype)
-    outputs = {"Y": y, "MeanOut": mean, "VarianceOut": variance,
-               "SavedMean": helper.create_tmp(dtype, stop_gradient=True),
-               "SavedVariance": helper.create_tmp(dtype, stop_gradient=True),
-               "ReserveSpace": helper.create_tmp(dtype, stop_gradient=True)}
-    helper.append_op("batch_norm", inputs, outputs, attrs)
+    from .nn_layers import _batch_norm
+    y, helper = _batch_norm("inplace_abn", input, is_test, momentum, epsilon, param_attr, bias_attr, data_layout,
+                            name, moving_mean_name, moving_variance_name, use_global_stats)
     if act in ("leaky_relu", "elu"):
         return helper.simple_op(act, {"X": y}, {"alpha": float(act_alpha)})
     return y

@@ -349,16 +349,27 @@ def batch_norm(input: Variable, activation: Activation = None, is_test: bool = F
     ``in_place`` and ``do_model_average_for_mean_and_var`` are accepted for compatibility.
 
     >>> y = batch_norm(conv, activation="relu", moving_mean_name="bn.mean")
+
+    ``momentum`` may be a one-element Variable (Fluid 1.x: the op's ``MomentumTensor``).
     """
-    helper = LayerHelper("batch_norm", name)
+    y, helper = _batch_norm("batch_norm", input, is_test, momentum, epsilon, param_attr, bias_attr, data_layout,
+                            name, moving_mean_name, moving_variance_name, use_global_stats)
+    return activate(y, activation, helper)
+
+
+def _batch_norm(kind: str, input: Variable, is_test, momentum, epsilon, param_attr, bias_attr, data_layout, name,
+                moving_mean_name, moving_variance_name, use_global_stats):
+    """The ``batch_norm`` op of ``batch_norm`` and ``inplace_abn`` (``kind``: the layer, which names
+    the parameters and the errors): (its Y, the layer's helper)."""
+    helper = LayerHelper(kind, name)
     if data_layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"batch_norm: data_layout must be 'NCHW' or 'NHWC', got {data_layout!r}")
+        raise ValueError(f"{kind}: data_layout must be 'NCHW' or 'NHWC', got {data_layout!r}")
     if not 2 <= input.ndim <= 5:
-        raise ShapeError(f"batch_norm: input {input.name!r} must have rank 2 to 5, got {input.shape}")
+        raise ShapeError(f"{kind}: input {input.name!r} must have rank 2 to 5, got {input.shape}")
     axis = input.ndim - 1 if data_layout == "NHWC" and input.ndim > 2 else 1
     c = input.shape[axis]
     if c < 0:
-        raise ShapeError(f"batch_norm: the channel dim of {input.name!r} {input.shape} must be known")
+        raise ShapeError(f"{kind}: the channel dim of {input.name!r} {input.shape} must be known")
     dtype = _param_dtype(input)
     inputs = _scale_and_bias(helper, {"X": input}, param_attr, bias_attr, (c,), dtype)
     mean = helper.create_parameter(ParamAttr(name=moving_mean_name, initializer=Constant(0.0), trainable=False),
@@ -367,16 +378,20 @@ def batch_norm(input: Variable, activation: Activation = None, is_test: bool = F
         ParamAttr(name=moving_variance_name, initializer=Constant(1.0), trainable=False), (c,), dtype)
     mean.stop_gradient = variance.stop_gradient = True
     inputs.update(Mean=mean, Variance=variance)
+    attrs = {"momentum": 0.9, "epsilon": float(epsilon), "is_test": bool(is_test), "data_layout": data_layout,
+             "use_global_stats": bool(use_global_stats), "trainable_statistics": False}
+    if isinstance(momentum, Variable):
+        inputs["MomentumTensor"] = momentum
+    else:
+        attrs["momentum"] = float(momentum)
     y = helper.create_tmp(input.dtype)
     saved_mean = helper.create_tmp(dtype, stop_gradient=True)
     saved_variance = helper.create_tmp(dtype, stop_gradient=True)
     reserve = helper.create_tmp(input.dtype, stop_gradient=True)
     helper.append_op("batch_norm", inputs, {
         "Y": y, "MeanOut": mean, "VarianceOut": variance, "SavedMean": saved_mean,
-        "SavedVariance": saved_variance, "ReserveSpace": reserve}, {
-        "momentum": float(momentum), "epsilon": float(epsilon), "is_test": bool(is_test),
-        "data_layout": data_layout, "use_global_stats": bool(use_global_stats), "trainable_statistics": False})
-    return activate(y, activation, helper)
+        "SavedVariance": saved_variance, "ReserveSpace": reserve}, attrs)
+    return y, helper
 
 
 def layer_norm(input: Variable, scale: bool = True, shift: bool = True, begin_norm_axis: int = 1,
