@@ -577,6 +577,37 @@ def _proposals_shape(ctx: InferShapeContext) -> None:
 _BBOX_CLIP = float(np.log(1000.0 / 16.0))
 
 
+def _decode_proposals(sc, dl, anchors, variances, k: int, offset: float, im_h, im_w):
+    """The best ``k`` anchors of an image by score, their deltas decoded (Paddle's box_coder with
+    variances, the size clipped at exp(_BBOX_CLIP)) and clipped to the image: (scores, x1, y1, x2, y2)."""
+    order = jnp.argsort(-sc, stable=True)[:k]
+    sc, dl, an, var = sc[order], dl[order], anchors[order], variances[order]
+    aw, ah = an[:, 2] - an[:, 0] + offset, an[:, 3] - an[:, 1] + offset
+    acx, acy = an[:, 0] + 0.5 * aw, an[:, 1] + 0.5 * ah
+    cx, cy = var[:, 0] * dl[:, 0] * aw + acx, var[:, 1] * dl[:, 1] * ah + acy
+    bw = jnp.exp(jnp.minimum(var[:, 2] * dl[:, 2], _BBOX_CLIP)) * aw
+    bh = jnp.exp(jnp.minimum(var[:, 3] * dl[:, 3], _BBOX_CLIP)) * ah
+    return sc, (jnp.clip(cx - bw / 2, 0, im_w - offset), jnp.clip(cy - bh / 2, 0, im_h - offset),
+                jnp.clip(cx + bw / 2 - offset, 0, im_w - offset), jnp.clip(cy + bh / 2 - offset, 0, im_h - offset))
+
+
+def _proposal_rows(boxes, sc, keep, thr: float, eta: float, post: int, capacity: int, normalized: bool):
+    """Greedy NMS over an image's kept proposals (best first), its best ``post``: rows
+    [x1, y1, x2, y2, score] of the kept ones first (``capacity`` rows) and their mask. An image
+    keeping nothing gives one row of zeros, as Paddle's kernels do."""
+    k, dtype = boxes.shape[0], boxes.dtype
+    if thr > 0:
+        keep = _greedy_keep(_iou_matrix(boxes, normalized), keep, jnp.asarray(thr, dtype), eta)
+    if post > 0:
+        keep = keep & (jnp.cumsum(keep) <= post)
+    none = ~jnp.any(keep)
+    keep = jnp.where(none, jnp.arange(k) == 0, keep)
+    rows = jnp.concatenate([boxes, sc[:, None].astype(dtype)], axis=-1)
+    rows = jnp.where(none, jnp.zeros_like(rows), rows)
+    take = jnp.argsort(~keep, stable=True)[:capacity]
+    return rows[take], keep[take]
+
+
 @op("generate_proposals_v2", inputs="Scores BboxDeltas ImShape Anchors Variances",
     outputs="RpnRois RpnRoiProbs RpnRoisNum?",
     attrs={"pre_nms_topN": 6000, "post_nms_topN": 1000, "nms_thresh": 0.5, "min_size": 0.1, "eta": 1.0,
@@ -608,34 +639,14 @@ def generate_proposals_v2(ctx):
     eta = float(ctx.attr("eta"))
 
     def one_image(sc, dl, size):
-        order = jnp.argsort(-sc, stable=True)[:k]
-        sc, dl, an, var = sc[order], dl[order], anchors[order], variances[order]
-        aw, ah = an[:, 2] - an[:, 0] + offset, an[:, 3] - an[:, 1] + offset
-        acx, acy = an[:, 0] + 0.5 * aw, an[:, 1] + 0.5 * ah
-        cx, cy = var[:, 0] * dl[:, 0] * aw + acx, var[:, 1] * dl[:, 1] * ah + acy
-        bw = jnp.exp(jnp.minimum(var[:, 2] * dl[:, 2], _BBOX_CLIP)) * aw
-        bh = jnp.exp(jnp.minimum(var[:, 3] * dl[:, 3], _BBOX_CLIP)) * ah
         im_h, im_w = size[0].astype(dtype), size[1].astype(dtype)
-        x1 = jnp.clip(cx - bw / 2, 0, im_w - offset)
-        y1 = jnp.clip(cy - bh / 2, 0, im_h - offset)
-        x2 = jnp.clip(cx + bw / 2 - offset, 0, im_w - offset)
-        y2 = jnp.clip(cy + bh / 2 - offset, 0, im_h - offset)
-        boxes = jnp.stack([x1, y1, x2, y2], axis=-1)
+        sc, (x1, y1, x2, y2) = _decode_proposals(sc, dl, anchors, variances, k, offset, im_h, im_w)
         ws, hs = x2 - x1 + offset, y2 - y1 + offset
         keep = (ws >= min_size) & (hs >= min_size)
         if offset:
             keep = keep & (x1 + ws / 2 <= im_w) & (y1 + hs / 2 <= im_h)
-        if thr > 0:
-            keep = _greedy_keep(_iou_matrix(boxes, not offset), keep, jnp.asarray(thr, dtype), eta)
-        if post > 0:
-            keep = keep & (jnp.cumsum(keep) <= post)
-        none = ~jnp.any(keep)
-        first = jnp.arange(k) == 0
-        keep = jnp.where(none, first, keep)
-        rows = jnp.concatenate([boxes, sc[:, None].astype(dtype)], axis=-1)
-        rows = jnp.where(none, jnp.zeros_like(rows), rows)
-        take = jnp.argsort(~keep, stable=True)[:capacity]
-        return rows[take], keep[take]
+        return _proposal_rows(jnp.stack([x1, y1, x2, y2], axis=-1), sc, keep, thr, eta, post, capacity,
+                              normalized=not offset)
 
     rows, selected = jax.vmap(one_image)(scores, deltas, im)
     packed, counts = _pack_rows(rows, selected, capacity)

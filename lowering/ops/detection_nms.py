@@ -22,8 +22,8 @@ from ...ir.shape import InferShapeContext
 from ..lod_value import LoDValue
 from ..lower import lod_aware
 from ._errors import _fail
-from .detection import (_BBOX_CLIP, _finish_nms, _greedy_keep, _iou_matrix, _nms_candidates, _pack_rows,
-                        _top_candidates)
+from .detection import (_decode_proposals, _finish_nms, _greedy_keep, _iou_matrix, _nms_candidates, _pack_rows,
+                        _proposal_rows, _top_candidates)
 
 
 class _CountsCtx:
@@ -325,31 +325,13 @@ def generate_proposals(ctx):
 
     def one_image(sc, dl, im):
         im = im.astype(dtype)
-        order = jnp.argsort(-sc, stable=True)[:k]
-        sc, dl, an, var = sc[order], dl[order], anchors[order], variances[order]
-        aw, ah = an[:, 2] - an[:, 0] + 1, an[:, 3] - an[:, 1] + 1
-        acx, acy = an[:, 0] + 0.5 * aw, an[:, 1] + 0.5 * ah
-        cx, cy = var[:, 0] * dl[:, 0] * aw + acx, var[:, 1] * dl[:, 1] * ah + acy
-        bw = jnp.exp(jnp.minimum(var[:, 2] * dl[:, 2], _BBOX_CLIP)) * aw
-        bh = jnp.exp(jnp.minimum(var[:, 3] * dl[:, 3], _BBOX_CLIP)) * ah
-        x1 = jnp.clip(cx - bw / 2, 0, im[1] - 1)
-        y1 = jnp.clip(cy - bh / 2, 0, im[0] - 1)
-        x2 = jnp.clip(cx + bw / 2 - 1, 0, im[1] - 1)
-        y2 = jnp.clip(cy + bh / 2 - 1, 0, im[0] - 1)
-        boxes = jnp.stack([x1, y1, x2, y2], axis=-1)
+        sc, (x1, y1, x2, y2) = _decode_proposals(sc, dl, anchors, variances, k, 1.0, im[0], im[1])
+        # Paddle's v1: sizes measured in the unscaled image, the centre inside it
         ws, hs = x2 - x1 + 1, y2 - y1 + 1
         keep = (((x2 - x1) / im[2] + 1 >= min_size) & ((y2 - y1) / im[2] + 1 >= min_size)
                 & (x1 + ws / 2 <= im[1]) & (y1 + hs / 2 <= im[0]))
-        if thr > 0:
-            keep = _greedy_keep(_iou_matrix(boxes, False), keep, jnp.asarray(thr, dtype), eta)
-        if post > 0:
-            keep = keep & (jnp.cumsum(keep) <= post)
-        none = ~jnp.any(keep)
-        keep = jnp.where(none, jnp.arange(k) == 0, keep)
-        rows = jnp.concatenate([boxes, sc[:, None].astype(dtype)], axis=-1)
-        rows = jnp.where(none, jnp.zeros_like(rows), rows)
-        take = jnp.argsort(~keep, stable=True)[:capacity]
-        return rows[take], keep[take]
+        return _proposal_rows(jnp.stack([x1, y1, x2, y2], axis=-1), sc, keep, thr, eta, post, capacity,
+                              normalized=False)
 
     rows, selected = jax.vmap(one_image)(scores, deltas, info)
     packed, counts = _pack_rows(rows, selected, capacity)
