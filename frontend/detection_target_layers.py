@@ -52,8 +52,19 @@ def target_assign(input: Variable, matched_indices: Variable, negative_indices: 
 
 
 def _layers():
-    from . import layers as L      # the full fluid.layers namespace (imported lazily: no cycle)
-    return L
+    """The layers Fluid's compositions here are written with, from their families (imported when
+    called, once frontend/layers.py has made them atomic; importing frontend.layers itself from
+    here would be an import cycle)."""
+    from types import SimpleNamespace
+
+    from .detection_layers import box_coder, iou_similarity
+    from .loss_layers import smooth_l1
+    from .math_layers import reduce_sum
+    from .nn_layers import softmax_with_cross_entropy
+    from .tensor_layers import cast, flatten, gather, reshape
+    return SimpleNamespace(box_coder=box_coder, iou_similarity=iou_similarity, smooth_l1=smooth_l1,
+                           reduce_sum=reduce_sum, softmax_with_cross_entropy=softmax_with_cross_entropy, cast=cast,
+                           flatten=flatten, gather=gather, reshape=reshape)
 
 
 def ssd_loss(location: Variable, confidence: Variable, gt_box: Variable, gt_label: Variable, prior_box: Variable,

@@ -257,23 +257,34 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size=None, filter
 
     >>> conv2d_transpose(h, num_filters=3, filter_size=4, stride=2, padding=1)   # doubles H and W
     """
-    helper = LayerHelper("conv2d_transpose", name)
-    c = _image_channels(input, data_format, "conv2d_transpose")
-    groups = _check_groups(input, c, groups, num_filters, "conv2d_transpose")
-    strides = _pair(stride, "stride", "conv2d_transpose")
-    dilations = _pair(dilation, "dilation", "conv2d_transpose")
-    paddings, algorithm = _padding(padding, data_format, "conv2d_transpose")
-    out_hw = None if output_size is None else _pair(output_size, "output_size", "conv2d_transpose")
+    return _conv_transpose("conv2d_transpose", input, num_filters, output_size, filter_size, padding, stride,
+                           dilation, groups, param_attr, bias_attr, activation, name, data_format,
+                           _pair, _padding, _image_channels, "NHWC")
+
+
+def _conv_transpose(kind: str, input: Variable, num_filters: int, output_size, filter_size, padding, stride, dilation,
+                    groups, param_attr, bias_attr, activation, name, data_format: str, sizes, paddings_of, channels_of,
+                    channels_last: str) -> Variable:
+    """conv2d_transpose and conv3d_transpose (``kind``): ``sizes`` reads a per-dimension argument
+    (``_pair``, ``_triple``), ``paddings_of`` the padding, ``channels_of`` the channel count;
+    ``channels_last`` is the layout whose channels come last."""
+    helper = LayerHelper(kind, name)
+    c = channels_of(input, data_format, kind)
+    groups = _check_groups(input, c, groups, num_filters, kind)
+    strides = sizes(stride, "stride", kind)
+    dilations = sizes(dilation, "dilation", kind)
+    paddings, algorithm = paddings_of(padding, data_format, kind)
+    out_size = None if output_size is None else sizes(output_size, "output_size", kind)
     if filter_size is None:
-        filter_size = _filter_from_output(input, out_hw, strides, paddings, dilations, data_format == "NHWC",
-                                          "conv2d_transpose")
-    fh, fw = _pair(filter_size, "filter_size", "conv2d_transpose")
-    w = helper.create_parameter(ParamAttr.to_attr(param_attr), (c, num_filters // groups, fh, fw), input.dtype)
+        filter_size = _filter_from_output(input, out_size, strides, paddings, dilations,
+                                          data_format == channels_last, kind)
+    kernel = tuple(sizes(filter_size, "filter_size", kind))
+    w = helper.create_parameter(ParamAttr.to_attr(param_attr), (c, num_filters // groups) + kernel, input.dtype)
     out = helper.create_tmp(input.dtype)
-    helper.append_op("conv2d_transpose", {"Input": input, "Filter": w}, {"Output": out}, {
+    helper.append_op(kind, {"Input": input, "Filter": w}, {"Output": out}, {
         "strides": strides, "paddings": paddings, "padding_algorithm": algorithm, "dilations": dilations,
-        "groups": groups, "data_format": data_format, "output_size": out_hw or []})
-    out = _add_bias(helper, out, bias_attr, num_filters, 3 if data_format == "NHWC" else 1)
+        "groups": groups, "data_format": data_format, "output_size": out_size or []})
+    out = _add_bias(helper, out, bias_attr, num_filters, input.ndim - 1 if data_format == channels_last else 1)
     return activate(out, activation, helper)
 
 

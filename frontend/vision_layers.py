@@ -16,7 +16,7 @@ from ..ir.variable import Variable
 from .initializer import Normal
 from .layer_helper import LayerHelper
 from .layer_args import activate
-from .nn_layers import _add_bias, _check_groups, _filter_from_output, _pair, _resize
+from .nn_layers import _add_bias, _check_groups, _conv_transpose, _filter_from_output, _pair, _resize
 from .param_attr import ParamAttr
 from .tensor_layers import cast
 
@@ -94,24 +94,9 @@ def conv3d_transpose(input: Variable, num_filters: int, output_size=None, filter
                      activation=None, name: str | None = None, data_format: str = "NCDHW") -> Variable:
     """Transposed 3-D convolution, ``W`` [C, num_filters / groups, kd, kh, kw]. Give ``filter_size``,
     or ``output_size`` (the filter size is then derived from it, as Fluid does)."""
-    helper = LayerHelper("conv3d_transpose", name)
-    c = _volume_channels(input, data_format, "conv3d_transpose")
-    groups = _check_groups(input, c, groups, num_filters, "conv3d_transpose")
-    strides = _triple(stride, "stride", "conv3d_transpose")
-    dilations = _triple(dilation, "dilation", "conv3d_transpose")
-    paddings, algorithm = _padding3d(padding, data_format, "conv3d_transpose")
-    out_dhw = None if output_size is None else _triple(output_size, "output_size", "conv3d_transpose")
-    if filter_size is None:
-        filter_size = _filter_from_output(input, out_dhw, strides, paddings, dilations, data_format == "NDHWC",
-                                          "conv3d_transpose")
-    kd, kh, kw = _triple(filter_size, "filter_size", "conv3d_transpose")
-    w = helper.create_parameter(ParamAttr.to_attr(param_attr), (c, num_filters // groups, kd, kh, kw), input.dtype)
-    out = helper.create_tmp(input.dtype)
-    helper.append_op("conv3d_transpose", {"Input": input, "Filter": w}, {"Output": out}, {
-        "strides": strides, "paddings": paddings, "padding_algorithm": algorithm, "dilations": dilations,
-        "groups": groups, "data_format": data_format, "output_size": out_dhw or []})
-    out = _add_bias(helper, out, bias_attr, num_filters, 4 if data_format == "NDHWC" else 1)
-    return activate(out, activation, helper)
+    return _conv_transpose("conv3d_transpose", input, num_filters, output_size, filter_size, padding, stride,
+                           dilation, groups, param_attr, bias_attr, activation, name, data_format,
+                           _triple, _padding3d, _volume_channels, "NDHWC")
 
 
 def pool3d(input: Variable, pool_size=-1, pool_type: str = "max", pool_stride=1, pool_padding=0,

@@ -13,4 +13,6 @@ from . import ctc  # noqa: F401,E402  (warpctc, ctc_align)
 from . import averaging, optimizer_adaptive  # noqa: F401,E402  (Fluid 1.x's optimizers and ModelAverage)
 from . import loss_scaling  # noqa: F401,E402  (mixed precision: fj.amp's dynamic loss scaling)
 from . import callback  # noqa: F401,E402  (print, py_func: Python on the host during a run)
-from . import detection_boxes, detection_nms, detection_target, roi_variants, sampled_loss, ctr  # noqa: F401,E402  (Fluid 1.x's remaining layers)
+# Fluid 1.x's remaining layers: detection, ROI variants, sampled losses, CTR ops
+from . import (ctr, detection_boxes, detection_labels, detection_map, detection_nms, detection_target,  # noqa: F401,E402
+               roi_variants, sampled_loss)

@@ -424,5 +424,3 @@ def retinanet_target_assign(ctx):
 lod_aware("bipartite_match", "target_assign", "rpn_target_assign", "retinanet_target_assign")
 
 from . import detection_loss  # noqa: E402,F401  (yolov3_loss)
-from . import detection_labels  # noqa: E402,F401
-from . import detection_map  # noqa: E402,F401
