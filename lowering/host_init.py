@@ -17,13 +17,13 @@ same op draws inside a compiled step (JAX's generator); both are reproducible fo
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from typing import Callable
 
 import numpy as np
 
 from ..ir import dtypes, registry
+from .signals import thread_map
 
 # op type -> fn(ctx: HostInitContext) -> np.ndarray (the op's "Out")
 HOST_RULES: dict[str, Callable] = {}
@@ -86,9 +86,8 @@ def run(ops, entropy_of: Callable[[int], tuple[int, ...]]) -> dict[str, np.ndarr
     values: list = [None] * len(ops)
     big = [i for i in sorted(range(len(ops)), key=lambda i: -sizes[i]) if sizes[i] >= _THREAD_MIN]
     if len(big) > 1 and _WORKERS > 1:
-        with concurrent.futures.ThreadPoolExecutor(_WORKERS) as pool:
-            for i, value in zip(big, pool.map(draw, big)):
-                values[i] = value
+        for i, value in zip(big, thread_map(draw, big, _WORKERS)):   # a Ctrl-C cannot hang it
+            values[i] = value
     for i in range(len(ops)):
         if values[i] is None:
             values[i] = draw(i)

@@ -84,3 +84,42 @@ class deferred_signals:
                 handler(signum, frame)
             elif handler == signal.SIG_DFL and signum == signal.SIGINT:
                 raise KeyboardInterrupt
+
+
+def thread_map(fn, items, workers: int) -> list:
+    """``[fn(item) for item in items]`` on up to ``workers`` threads, safe to interrupt.
+
+    Not a ``ThreadPoolExecutor``: a Ctrl-C landing inside its bookkeeping on the main thread
+    (between a ``with`` taking its semaphore's lock and the block that releases it) leaks that
+    lock; its workers block on it and the executor's exit waits for them forever (the DynamicRNN
+    soak hung so while fsyncing a checkpoint). Here the workers share nothing with the main thread
+    but a lock of their own (signals reach only the main thread), they are started with signals
+    deferred, and a Ctrl-C while they run ends the wait, not them: they finish and exit alone.
+    The first exception a worker raised is raised here.
+    """
+    items = list(items)
+    results: list = [None] * len(items)
+    todo, lock, errors = iter(range(len(items))), threading.Lock(), []
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None or errors:
+                return
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:  # noqa: BLE001  (raised again by the caller's thread)
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=work, name="fluidjax-worker", daemon=True)
+               for _ in range(max(1, min(workers, len(items))))]
+    with deferred_signals():
+        for thread in threads:
+            thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results

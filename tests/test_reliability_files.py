@@ -697,3 +697,40 @@ def test_ctrl_c_just_after_a_save_commits_its_manifest_finishes_the_save(tmp_pat
     loaded = fj.Scope()
     fio.load_persistables(exe, ckpt, main_program=main, scope=loaded)
     assert _key(_state(main, loaded)) == _key(_state(main, scope))
+
+
+def test_thread_map_under_a_storm_of_ctrl_c_never_hangs():
+    """The fsync of a save's files (and the startup's parallel draws) run on lowering.signals.
+    thread_map. Under SIGALRMs every 50-400 µs whose handler raises KeyboardInterrupt, 300 calls
+    each either return every result in order or raise KeyboardInterrupt, and none hangs (a
+    ThreadPoolExecutor hung here: a Ctrl-C inside its bookkeeping leaked its semaphore's lock)."""
+    from fluidjax.lowering.signals import thread_map
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    def slow_square(x):
+        time.sleep(0.0002)
+        return x * x
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    outcomes = {"returned": 0, "interrupted": 0}
+    rng = random.Random(3)
+    start = time.monotonic()
+    try:
+        for _ in range(300):
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(5e-5, 4e-4))
+            try:
+                assert thread_map(slow_square, range(40), 8) == [x * x for x in range(40)]
+                outcomes["returned"] += 1
+            except KeyboardInterrupt:
+                outcomes["interrupted"] += 1
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - start < 60, outcomes
+    assert outcomes["interrupted"] >= 30 and sum(outcomes.values()) == 300, outcomes
+    with pytest.raises(ZeroDivisionError):
+        thread_map(lambda x: 1 // x, [3, 2, 0, 1], 2)

@@ -54,7 +54,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...ir.errors import FluidJaxError, TensorFormatError
-from ...lowering.signals import deferred_signals
+from ...lowering.signals import deferred_signals, thread_map
 
 __all__ = ["AtomicFiles", "MANIFEST_NAME", "read_verified", "ManifestCheck", "temp_name", "fsync_dir"]
 
@@ -293,11 +293,7 @@ def _fsync_files(paths: list[str]) -> None:
         for path in paths:
             _fsync_file(path)
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(32, len(paths))) as pool:
-        for _ in pool.map(_fsync_file, paths):
-            pass
+    thread_map(_fsync_file, paths, 32)     # interruptible, never hangs (lowering/signals.py)
 
 
 class _HashingWriter:
