@@ -280,7 +280,9 @@ def test_padding_never_reaches_the_layout_ops():
     # their pooled rows: XLA may sum a differently sized batch in another order (an ulp); a leak
     # of padding would differ by far more
     np.testing.assert_allclose(alone[2][:3], together[2][:3], rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(alone[3][:5], together[3][:5], rtol=1e-6)  # their gradient rows
+    # their gradient rows (the same: an ulp or two of summation order, 1.8e-6 relative seen in a
+    # clean-clone run; a leak of padding would differ by far more)
+    np.testing.assert_allclose(alone[3][:5], together[3][:5], rtol=1e-5, atol=1e-8)
     params = {p.name: np.asarray(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
     theirs = _run_in_paddle(main, {"x": small}, {"x": [small_lengths]}, fetch, params)
     for name, a, b in zip(fetch, alone, theirs):

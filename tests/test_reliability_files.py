@@ -706,8 +706,13 @@ def test_thread_map_under_a_storm_of_ctrl_c_never_hangs():
     ThreadPoolExecutor hung here: a Ctrl-C inside its bookkeeping leaked its semaphore's lock)."""
     from fluidjax.lowering.signals import thread_map
 
+    armed = [False]
+
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        # one Ctrl-C per armed call, only inside the try below (a late timer must not reach pytest)
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
 
     def slow_square(x):
         time.sleep(0.0002)
@@ -719,13 +724,17 @@ def test_thread_map_under_a_storm_of_ctrl_c_never_hangs():
     start = time.monotonic()
     try:
         for _ in range(300):
-            signal.setitimer(signal.ITIMER_REAL, rng.uniform(5e-5, 4e-4))
             try:
-                assert thread_map(slow_square, range(40), 8) == [x * x for x in range(40)]
+                armed[0] = True
+                signal.setitimer(signal.ITIMER_REAL, rng.uniform(5e-5, 4e-4))
+                got = thread_map(slow_square, range(40), 8)
+                armed[0] = False
+                assert got == [x * x for x in range(40)]
                 outcomes["returned"] += 1
             except KeyboardInterrupt:
                 outcomes["interrupted"] += 1
             finally:
+                armed[0] = False
                 signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
