@@ -40,7 +40,7 @@ from typing import Sequence
 
 from ..ir import registry, unique_name
 from ..ir.errors import NotOfferedError
-from ..ir.names import OP_ROLE_BACKWARD, OP_ROLE_OPTIMIZE, RECOMPUTE_SEGMENT_ATTR
+from ..ir.names import OP_ROLE_BACKWARD, OP_ROLE_OPTIMIZE, RECOMPUTE_KEY_ATTR, RECOMPUTE_SEGMENT_ATTR
 from ..ir.program import Block, Operator, Program
 from ..ir.variable import Variable, names_of
 from .minimize import Minimizes
@@ -254,6 +254,7 @@ def recompute_backward(block: Block, forward: Sequence[Operator], checkpoints: S
             continue
         for name, new in renamed.items():
             _declare_like(block, name, new)
+        mark_random_ops(block, copies)
         first = backward[readers[0]]
         position = block.ops.index(first)
         for offset, op in enumerate(copies):
@@ -263,6 +264,27 @@ def recompute_backward(block: Block, forward: Sequence[Operator], checkpoints: S
                 if any(n in renamed for n in names):
                     op.inputs[slot] = [renamed.get(n, n) for n in names]
     return segments
+
+
+def draws_random_numbers(op: Operator) -> bool:
+    """Whether ``op`` draws random numbers: its registry entry says ``random`` or declares a
+    ``seed`` attribute (the executor's own test for a program that needs a key)."""
+    if not registry.has(op.type):
+        return "seed" in op.attrs
+    opdef = registry.get(op.type)
+    return bool(opdef.random) or "seed" in opdef.attrs or "seed" in op.attrs
+
+
+def mark_random_ops(block: Block, ops: Sequence[Operator]) -> None:
+    """Give every random op of ``ops`` (forward ops about to be copied) a number of its own in the
+    attribute ``recompute_key``; the copy inherits it, and the lowering gives the copy the key of
+    the forward op with the same number, so the recomputation draws the forward's numbers."""
+    taken = [int(op.attrs[RECOMPUTE_KEY_ATTR]) for op in block.ops if RECOMPUTE_KEY_ATTR in op.attrs]
+    number = max(taken, default=0)
+    for op in ops:
+        if draws_random_numbers(op) and RECOMPUTE_KEY_ATTR not in op.attrs:
+            number += 1
+            op.set_attr(RECOMPUTE_KEY_ATTR, number, "int")
 
 
 def _declare_like(block: Block, name: str, new: str) -> Variable:

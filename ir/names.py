@@ -15,3 +15,8 @@ EMPTY_VAR_NAME = "@EMPTY@"
 # an optimization barrier so XLA recomputes it there instead of keeping the forward's values.
 # Paddle ignores attributes its ops do not declare, so it runs these programs too.
 RECOMPUTE_SEGMENT_ATTR = "recompute_segment"
+
+# The attribute RecomputeOptimizer sets on a random op of a recomputed segment and on its copy
+# (the same number on both): the lowering gives the copy its forward op's key, so it draws the
+# same numbers (see lowering/remat.py).
+RECOMPUTE_KEY_ATTR = "recompute_key"

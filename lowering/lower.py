@@ -273,10 +273,13 @@ def run_ops(ops: Iterable, env: MutableMapping[str, Any], rng_key: jax.Array | N
         if RECOMPUTE_SEGMENT_ATTR in op.attrs:      # a recomputed segment (see remat.py)
             end = remat.group_end(ops, index)
 
+            keyed = remat.key_positions(ops, index, end)   # a random copy draws its forward op's key
+
             def run_segment(local, start=index, stop=end):
                 for i in range(start, stop):
-                    base = op_keys(i) if op_keys is not None else rng_key
-                    run_op(ops[i], local, op_rng(base, i) if base is not None else None)
+                    k = keyed.get(i, i)
+                    base = op_keys(k) if op_keys is not None else rng_key
+                    run_op(ops[i], local, op_rng(base, k) if base is not None else None)
 
             remat.run_group(ops[index:end], env, ops[index - 1] if index else None, run_segment)
             index = end

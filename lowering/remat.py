@@ -15,6 +15,10 @@ from a value the op before the group computed (a gradient the backward has just 
 the recomputation cannot be scheduled before that point; whichever way it goes, the result is
 the same. The cost: the segment's HLO twice in the executable, and one small conditional per
 segment per step.
+
+A random op in a segment and its copy carry the same ``recompute_key``; :func:`key_positions`
+tells the lowering which forward position's key each copy draws with, so the recomputation draws
+the forward's numbers and the gradients are those of the forward pass that ran.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Callable, MutableMapping, Sequence
 import jax
 import jax.numpy as jnp
 
-from ..ir.names import RECOMPUTE_SEGMENT_ATTR
+from ..ir.names import RECOMPUTE_KEY_ATTR, RECOMPUTE_SEGMENT_ATTR
 from .lod_value import LoDValue
 
 
@@ -40,6 +44,22 @@ def group_end(ops: Sequence, start: int) -> int:
     while end < len(ops) and segment(ops[end]) == number:
         end += 1
     return end
+
+
+def key_positions(ops: Sequence, start: int, stop: int) -> dict[int, int]:
+    """For the random copies among ``ops[start:stop]`` (one group), the position of the forward op
+    each repeats: the op outside any segment carrying the same ``recompute_key``. A copy draws
+    with the key of that position, so it reproduces the forward's numbers (every random op, not
+    only ``dropout``: noise, ``randint`` indices, ``sampling_id``, crops, sampled losses)."""
+    wanted = {ops[i].attrs[RECOMPUTE_KEY_ATTR]: i for i in range(start, stop) if RECOMPUTE_KEY_ATTR in ops[i].attrs}
+    if not wanted:
+        return {}
+    found = {}
+    for position, op in enumerate(ops):
+        number = op.attrs.get(RECOMPUTE_KEY_ATTR)
+        if number in wanted and segment(op) is None:
+            found[wanted[number]] = position
+    return found
 
 
 def _device_value(value) -> bool:
