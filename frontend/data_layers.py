@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Sequence
 
-from ..ir import dtypes
+from ..ir import callstack, dtypes
 from ..ir.errors import NotOfferedError
 from ..ir.program import default_main_program
 from ..ir.variable import Variable
@@ -24,9 +26,14 @@ def _as_list(value) -> list[int]:
     return [None if v is None else int(v) for v in value]
 
 
-def _declare(name: str, shape: list[int], dtype, lod_level: int, stop_gradient: bool) -> Variable:
+def _declare(name: str, shape: list[int], dtype, lod_level: int, stop_gradient: bool,
+             need_check_feed: bool = True) -> Variable:
     """The data variable ``name``; declaring it again with the same shape, dtype and LoD level
-    returns the one already declared (as Paddle does), a different declaration is an error."""
+    returns the one already declared (as Paddle does), a different declaration is an error.
+
+    ``need_check_feed`` is Paddle's feed rule: ``fluid.data`` / ``paddle.static.data`` variables
+    take only arrays of their declared dtype and shape; Fluid 1.x's ``layers.data`` (and
+    ``py_reader`` slots) declare without it, so the fed array decides (``lowering/feeds.py``)."""
     block = default_main_program().global_block()
     if block.has_var(name):
         old = block.var(name)
@@ -38,13 +45,15 @@ def _declare(name: str, shape: list[int], dtype, lod_level: int, stop_gradient: 
                              f"shape {new[0]}, dtype {new[1]}, lod_level {new[2]}")
         return old
     return block.create_var(name, tuple(shape), dtype, lod_level, stop_gradient=stop_gradient,
-                            need_check_feed=True, is_data=True)
+                            need_check_feed=need_check_feed, is_data=True)
 
 
 def _dims(shape, what: str) -> list[int]:
-    dims = [-1 if d is None else d for d in _as_list(shape)]
-    if any(d < -1 or d == 0 for d in dims):
-        raise ValueError(f"{what}: dims must be positive, or -1 / None for unknown; got {list(shape)}")
+    """``shape``'s dims, every unknown one -1: ``None`` and, as in Fluid, any negative dim
+    (``[-256, 1]`` declares an unknown first dim); a 0 dim is an error."""
+    dims = [-1 if d is None or d < 0 else d for d in _as_list(shape)]
+    if any(d == 0 for d in dims):
+        raise ValueError(f"{what}: dims must be positive, or negative / None for unknown; got {list(shape)}")
     return dims
 
 
@@ -59,6 +68,9 @@ def data(name: str, shape=None, append_batch_size: bool = True, dtype="float32",
     the innermost elements of all sequences. ``type`` is accepted for Fluid's signature (only
     LoD tensors are fed). Declaring the same data variable again returns it.
 
+    As in Fluid, the declared dtype and non-batch dims are advice (no ``need_check_feed``): a fed
+    array of another dtype or shape runs, its shapes re-inferred through the program.
+
     >>> data("images", input_size=64 * 64).shape
     (-1, 4096)
     >>> data("label", shape=[1], dtype="int64").shape
@@ -72,7 +84,7 @@ def data(name: str, shape=None, append_batch_size: bool = True, dtype="float32",
     per_example = _dims(given[0], f"data {name!r}") if given else []
     has_batch = shape is not None and any(d == -1 for d in per_example)
     full = per_example if has_batch or not append_batch_size else [-1, *per_example]
-    return _declare(name, full, dtype, lod_level, stop_gradient)
+    return _declare(name, full, dtype, lod_level, stop_gradient, need_check_feed=False)
 
 
 @atomic_layer
@@ -84,3 +96,41 @@ def static_data(name: str, shape, dtype="float32", lod_level: int = 0) -> Variab
     (-1, 13)
     """
     return _declare(name, _dims(shape, f"data {name!r}"), dtype, lod_level, stop_gradient=True)
+
+
+@atomic_layer
+def reader_slot(name: str, shape, dtype="float32", lod_level: int = 0) -> Variable:
+    """A ``py_reader`` slot: ``shape`` includes the batch dim, and like Fluid's reader outputs
+    it has no ``need_check_feed`` (the fed batch's dtype and shape decide: BERT's readers pad each
+    batch to its own longest sequence)."""
+    return _declare(name, _dims(shape, f"data {name!r}"), dtype, lod_level, stop_gradient=True,
+                    need_check_feed=False)
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the user's innermost frame, for a warning raised from here."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and callstack._is_internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def as_index_input(var: Variable, layer: str, slot: str = "label") -> Variable:
+    """``var`` where ``layer`` reads integer indices (hard labels): a Fluid 1.x ``layers.data``
+    variable declared float becomes int64 at build time, with a warning naming the user's line.
+
+    Fluid's executor never compared a fed array with ``layers.data``'s dtype, and its kernels
+    read hard labels as int64: language models declared ``dtype='float32'`` labels, fed int64
+    ids and ran. A ``need_check_feed`` variable (``fluid.data``) keeps its dtype (Paddle refuses
+    both a float hard label and an int feed of it); so does any variable an op computes.
+    """
+    if (getattr(var, "is_data", False) and not var.need_check_feed and var.dtype is not None
+            and dtypes.is_float(var.dtype)):
+        old = var.dtype
+        var.dtype = "int64"
+        where = callstack.where(callstack.user_callstack())
+        warnings.warn(f"{layer} at {where}: its {slot} {var.name!r} is declared {old} (fluid.layers.data), but "
+                      f"{layer} reads hard labels as int64 indices, as Fluid's kernel did: {var.name!r} is now "
+                      "int64 (feed int64 ids; declare dtype='int64' to silence this)", UserWarning,
+                      stacklevel=_user_stacklevel())
+    return var

@@ -20,6 +20,7 @@ from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .initializer import Constant, Normal
 from .layer_helper import LayerHelper
+from .data_layers import as_index_input
 from .layer_args import activate
 from .param_attr import ParamAttr
 
@@ -95,6 +96,8 @@ def cross_entropy(input: Variable, label: Variable, soft_label: bool | None = No
     op, visible in the program); with ``soft_label=True`` the widths must match exactly.
     """
     helper = LayerHelper("cross_entropy")
+    if soft_label is False:
+        label = as_index_input(label, "cross_entropy")
     if soft_label is None:
         soft_label = dtypes.is_float(label.dtype)
         classes, width = input.shape[-1], label.shape[-1]
@@ -614,6 +617,8 @@ def softmax_with_cross_entropy(logits: Variable, label: Variable, soft_label: bo
     >>> loss = softmax_with_cross_entropy(logits, label)   # (-1, C), (-1, 1) int64 -> (-1, 1)
     """
     helper = LayerHelper("softmax_with_cross_entropy")
+    if not soft_label:
+        label = as_index_input(label, "softmax_with_cross_entropy")
     softmax = helper.create_tmp(logits.dtype)
     loss = helper.create_tmp(logits.dtype)
     helper.append_op("softmax_with_cross_entropy", {"Logits": logits, "Label": label},

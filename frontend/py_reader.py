@@ -28,7 +28,7 @@ from typing import Sequence
 
 from ..ir import unique_name
 from ..ir.variable import Variable
-from .data_layers import static_data
+from .data_layers import reader_slot
 from .data_loader import GeneratorLoader
 
 __all__ = ["py_reader", "create_py_reader_by_data", "read_file", "double_buffer"]
@@ -91,7 +91,7 @@ def py_reader(capacity: int, shapes: Sequence[Sequence[int]], dtypes: Sequence, 
     if len(lod_levels) != len(shapes):
         raise ValueError(f"py_reader: lod_levels ({len(lod_levels)}) must have one entry per slot ({len(shapes)})")
     name = name or unique_name.generate("create_py_reader")
-    feed_list = [static_data(f"{name}_slot_{i}", list(shape), dtype, int(lod))
+    feed_list = [reader_slot(f"{name}_slot_{i}", list(shape), dtype, int(lod))
                  for i, (shape, dtype, lod) in enumerate(zip(shapes, dtypes, lod_levels))]
     return PyReaderHandle(name, feed_list, capacity, use_double_buffer)
 

@@ -1,7 +1,16 @@
 """Checking and converting one feed value against its data variable (before anything compiles).
 
-Every error is a :class:`~fluidjax.FeedError` naming the variable. NumPy and JAX arrays must
-have the declared dtype (a silent cast would hide a bug in the user's pipeline). Python data —
+Paddle's feed rule decides how strict the check is. A variable declared with ``need_check_feed``
+(``fluid.data``, ``paddle.static.data``, a parsed Paddle 2.x program's data variables) takes
+only arrays of its declared dtype, rank and known dims. For every other data variable (Fluid
+1.x's ``layers.data``, ``py_reader`` slots) the declaration is advice, as in Fluid's executor:
+the fed array's dtype and shape decide, the step compiles per feed signature, and
+:func:`reinfer` re-runs the shape rules on what was fed, refusing (a :class:`ShapeError` naming
+the op and the user's line) only what an op cannot take.
+
+Every feed error is a :class:`~fluidjax.FeedError` naming the variable. NumPy and JAX arrays fed
+to a checked variable must have the declared dtype (a silent cast would hide a bug in the
+user's pipeline). Python data —
 lists, tuples, scalars — is converted to the declared dtype, as Paddle does, when the
 conversion keeps the values: floats round to a narrower float type, integers convert to a float
 type that holds them exactly, and to an integer type only when every value is integral and in
@@ -15,9 +24,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..ir.errors import FeedError
+from ..ir import dtypes
+from ..ir import shape as shape_rules
+from ..ir.errors import FeedError, ShapeError
 from .lod_tensor import LoDTensor, lod_problem
 from .lod_value import LoDValue, from_host
+from .lower import block_refs
 
 
 def _declared(var) -> str:
@@ -25,6 +37,8 @@ def _declared(var) -> str:
 
 
 def _from_python(name: str, value: Any, want: np.dtype, var) -> np.ndarray:
+    """Python data as an array of the declared dtype (for every data variable: Python data has no
+    dtype of its own to decide), or a FeedError when the conversion would change a value."""
     try:
         arr = np.asarray(value)
     except Exception as exc:  # ragged lists, objects NumPy cannot make an array of
@@ -72,7 +86,10 @@ def _refuse_kind(name: str, arr, var) -> None:
 
 
 def check_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...], var) -> Any:
-    """``value`` as the array to feed variable ``var`` (named ``name``), or a FeedError."""
+    """``value`` as the array to feed variable ``var`` (named ``name``), or a FeedError.
+
+    A ``need_check_feed`` variable takes its declared dtype, rank and known dims only; any other
+    data variable takes any numeric array (its declaration is advice: see the module doc)."""
     if isinstance(value, LoDTensor):
         value = value.value()
         if value is None:
@@ -81,11 +98,15 @@ def check_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...],
     if isinstance(value, (np.ndarray, jax.Array)):
         if value.dtype != want:  # a NumPy dtype compare: cheap on the hot path
             _refuse_kind(name, value, var)
+            if not var.need_check_feed:
+                return value      # an array's dtype decides (and its shape: see reinfer)
             raise FeedError(f"feed {name!r} has dtype {value.dtype}, but the variable is {_declared(var)}; "
                             f"convert it (x.astype({var.dtype!r}))")
     else:
         value = _from_python(name, value, want, var)
     shape = value.shape
+    if not var.need_check_feed:
+        return value
     if len(shape) != len(declared) or any(d >= 0 and d != s for d, s in zip(declared, shape)):
         raise FeedError(f"feed {name!r} has shape {tuple(shape)}, but the variable is declared "
                         f"{declared} (-1 takes any size)")
@@ -127,3 +148,85 @@ def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, .
     data = check_feed(name, data, want, declared, var)
     _check_offsets(name, lod, data.shape[0])
     return from_host(np.asarray(data), lod)
+
+
+def off_declaration(value, want: np.dtype, declared: tuple[int, ...]) -> bool:
+    """Whether a fed value (array or LoDValue) differs from its variable's declared dtype, rank or
+    known dims (possible only for a variable without ``need_check_feed``)."""
+    data = value.data if value.__class__ is LoDValue else value
+    shape = data.shape
+    return (data.dtype != want or len(shape) != len(declared)
+            or any(d >= 0 and d != s for d, s in zip(declared, shape)))
+
+
+def _fed_info(name: str, value, var) -> shape_rules.VarInfo:
+    data = value.data if value.__class__ is LoDValue else value
+    rows = None
+    if value.__class__ is LoDValue:
+        rows = -1                          # padded to a bucket: the real row count is data
+    dims = tuple(int(d) for d in data.shape)
+    if rows is not None and dims:
+        dims = (rows,) + dims[1:]
+    return shape_rules.VarInfo(name, dims, dtypes.normalize(data.dtype), var.lod_level)
+
+
+def reinfer(block, ops, fed: dict) -> None:
+    """Re-run the shape rules of ``ops`` (of ``block``) on what was fed to data variables whose
+    declaration is advice (``fed``: name -> (value, variable)): Fluid's executor ran a program on
+    the fed arrays, whatever ``layers.data`` declared. An op that cannot take what reaches it
+    raises its rule's :class:`ShapeError` (naming the op, its inputs and the user's line), before
+    anything compiles; so does a state variable (a parameter, an accumulator) whose shape or dtype
+    would change, and an op that would mix a fed float dtype with another float dtype (Fluid's
+    kernels take one: "feed x.astype(...)"). Ops none of whose inputs changed keep their declared
+    shapes (they are not re-run); ops with sub-blocks are not re-run either (their rules read the
+    sub-block's declarations; the step's own checks see their values).
+    """
+    env: dict[str, shape_rules.VarInfo] = {n: _fed_info(n, v, var) for n, (v, var) in fed.items()}
+    changed = set(env)
+    base = shape_rules._block_lookup(block)
+    fed_dtype = {n: info.dtype for n, info in env.items()
+                 if info.dtype != fed[n][1].dtype and dtypes.is_float(info.dtype)}
+
+    def lookup(name: str) -> shape_rules.VarInfo:
+        return env.get(name) or base(name)
+
+    for index, op in enumerate(ops):
+        names = [n for n in op.input_arg_names if n in changed]
+        if not names:
+            continue
+        if block_refs(op):
+            continue
+        where = f"block {block.idx}, op {index}"
+        _check_float_mix(op, lookup, fed_dtype, where)
+        results = shape_rules.run_rule(op, lookup, where)
+        for name, info in results.items():
+            var = block.find_var(name)
+            if var is None:
+                continue
+            if var.persistable and (info.dtype != var.dtype or len(info.shape) != len(var.shape) or any(
+                    d >= 0 and s >= 0 and d != s for d, s in zip(var.shape, info.shape))):
+                raise ShapeError(
+                    f"op {op.type!r} ({where}) at {op.location}: with the fed {', '.join(sorted(fed))} its output "
+                    f"{name!r} (a state variable, declared {var.shape} {var.dtype}) would become {info.shape} "
+                    f"{info.dtype}; feed arrays the program's parameters fit")
+            if (info.shape, info.dtype) != (var.shape, var.dtype):
+                changed.add(name)
+                env[name] = info
+                if name not in fed_dtype and any(n in fed_dtype for n in names) and dtypes.is_float(info.dtype):
+                    fed_dtype[name] = info.dtype
+
+
+def _check_float_mix(op, lookup, fed_dtype: dict, where: str) -> None:
+    """An op reading a float value whose dtype came from a feed next to a float input of another
+    dtype: Fluid's kernel refused it (one dtype per kernel); so does this, before compiling."""
+    tainted = [(n, fed_dtype[n]) for n in op.input_arg_names if n in fed_dtype]
+    if not tainted:
+        return
+    for n in op.input_arg_names:
+        info = lookup(n)
+        if n not in fed_dtype and info.dtype is not None and dtypes.is_float(info.dtype) \
+                and info.dtype != tainted[0][1]:
+            raise ShapeError(
+                f"op {op.type!r} ({where}) at {op.location}: input {tainted[0][0]!r} is {tainted[0][1]} (from a "
+                f"feed) but input {n!r} is {info.dtype}; the op takes one float dtype: feed the data as "
+                f"{info.dtype} (x.astype({info.dtype!r}))")

@@ -67,7 +67,10 @@ def _fixed_program(kind):
     main, startup = fj.Program(), fj.Program()
     with fj.program_guard(main, startup):
         if kind == "data":
-            x = layer.data("x", shape=[4, 3])                       # (-1, 4, 3)
+            # fluid.data (need_check_feed): Paddle's feed rule checks its known dims. (layer.data
+            # declares without it, as Fluid's layers.data did, and takes any dims: see
+            # tests/test_fluid1_feed_rules.py.)
+            x = fj.data("x", [-1, 4, 3])                            # (-1, 4, 3)
         else:
             x = main.global_block().create_var("x", (4, 3), "float32", need_check_feed=True, is_data=True)
         s = layer.reduce_sum(x)
