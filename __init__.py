@@ -54,6 +54,8 @@ Tensor = LoDTensor  # Fluid 1.x's name for a tensor without LoD
 from .frontend.data_loader import DataLoader, PyReader  # noqa: E402
 from .ir.errors import EOFException  # noqa: E402
 from .ir.errors import BoundExceededError  # noqa: E402  (a size a compiled step fixes, exceeded)
+from .lowering.jax_function import from_jax, to_jax  # noqa: E402  (a program as a JAX function: docs/jax.md)
+from .frontend.jax_bridge import to_flax  # noqa: E402  (the same as a flax.linen Module)
 
 # Public module paths whose code lives in the four folders: `import fluidjax.io`,
 # `python -m fluidjax.distributed.launch`, `from fluidjax.reader import shuffle`, and Fluid's
@@ -92,7 +94,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BuildStrategy", "CompiledProgram", "distributed", "FluidJaxError", "IndexOutOfRangeError", "NumericCheckError", "ProgramFormatError",
     "LoopBoundError", "ReentrantRunError", "ResourceExhaustedError", "compiled_memory",
-    "BoundExceededError",
+    "BoundExceededError", "to_jax", "from_jax", "to_flax",
     "UnregisteredOpError", "VariableNotFoundError", "OpVersionError", "ParameterMismatchError", "TensorFormatError",
     "UnsafeFormatError", "InputTypeError", "LoDError", "LoDTypeError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",

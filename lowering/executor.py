@@ -34,7 +34,7 @@ from . import flags, host_init, interrupt, memory
 from .checks import (HostIndexCheck, StepChecks, bound_error, fed_source, grow_rooms, has_bound_checks, index_error,
                      specs_of)
 from .context import make_key
-from .feeds import check_feed, check_lod_feed, off_declaration, reinfer
+from .feeds import check_feed, check_lod_feed
 from .lod_value import LoDValue, bounds_from_feeds, to_host
 from .lod_tensor import LoDTensor
 from .lower import ops_with_sub_blocks, run_ops
@@ -128,8 +128,6 @@ class _Plan:
     committed_scope: Any = lambda: None    # weakref to the scope whose state was last put on the device
     check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
     empty_undefined: str | None = None     # an op type that cannot take an empty batch
-    unread_feeds: frozenset = frozenset()  # fed names no op of the step reads (an empty one is fine)
-    reinferred: dict = dataclasses.field(default_factory=dict)  # feeds off their declaration -> checked
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
     on_host: bool = False                  # a startup program run with NumPy (see host_init.py)
     place_state: Any = None                # puts state where a sharded step wants it (parallel.py)
@@ -657,7 +655,10 @@ class Executor:
             self._programs.add(program)
         return plan
 
-    def _make_plan(self, program: Program, feed_names, fetch_names) -> _Plan:
+    @staticmethod
+    def _make_plan(program: Program, feed_names, fetch_names) -> _Plan:
+        """The plan of ``program``'s global block for these feeds and fetches (shared with
+        ``fj.to_jax``, which lowers the same plan: see :func:`step_function`)."""
         block = program.global_block()
         _check_implemented(program)
         if not fetch_names:
@@ -726,7 +727,7 @@ class Executor:
         fixed = frozenset(i for i, op in enumerate(jit_ops) if seeded and registry.get(op.type).random
                           and any(block.var(n).persistable for n in op.output_arg_names))
         check_nan_inf, check_index = flags.mode
-        host_checks, host_checked, in_step = self._index_checks(block, jit_ops, feeds) if check_index else ({}, (), False)
+        host_checks, host_checked, in_step = Executor._index_checks(block, jit_ops, feeds) if check_index else ({}, (), False)
         plan = _Plan(
             program=program, ops=jit_ops, host_ops=host_ops, feed_names=feed_names,
             fetch_names=fetch_names,
@@ -747,8 +748,6 @@ class Executor:
         plan.feed_specs = tuple((n, dtypes.to_numpy(var.dtype), var.shape, var, tuple(host_checks.get(n, ())),
                                  _fast_tail(var.shape), len(var.shape))
                                 for n, var in ((n, block.var(n)) for n in feed_names))
-        read = {n for op in ops_with_sub_blocks(jit_ops + host_ops) for n in op.input_arg_names}
-        plan.unread_feeds = frozenset(n for n in feed_names if n not in read)
         return plan
 
     @staticmethod
@@ -785,58 +784,16 @@ class Executor:
     def _compile(self, plan: _Plan, sharded=None):
         """The jitted step of ``plan``; ``sharded`` (a parallel.ShardedStep) gives its value table
         and its ``jax.jit`` with shardings."""
-        ops, fetch_names, written = plan.ops, plan.fetch_names, plan.written_state
-        names = plan.const_state + plan.mutable_state + plan.feed_names
-        n_mutable = len(plan.mutable_state)
-        check_nan_inf, check_index = flags.mode
-        fixed = plan.fixed_random_ops
-        host_checked = plan.host_checked
-
         executor = weakref.ref(self)   # the step lives on the program: it must not keep the Executor
 
-        if sharded is not None:
-            plan.interruptible = False    # a step over several devices keeps its four arguments
-
-        # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
-        def step(mutable, const, feeds, seed, run=None):
+        def on_trace():
             exe = executor()
             if exe is not None:
                 exe.trace_count += 1
-            items = zip(names, const + mutable + feeds)
-            env: dict[str, Any] = dict(items) if sharded is None else sharded.env(items)
-            op_keys = None
-            if seed is not None:
-                # Initializers of a seeded program draw the same numbers on every run (Paddle's
-                # meaning of a fixed seed); every other random op gets a key that moves per run.
-                fixed_key = make_key(seed[0])
-                run_key = jax.random.fold_in(fixed_key, seed[1])
-                op_keys = lambda i: fixed_key if i in fixed else run_key  # noqa: E731
-            checks = StepChecks(check_index, check_nan_inf, host_checked) if plan.has_checks else None
-            with bounds_from_feeds(env):  # fed sequences' longest lengths, for what runs along them
-                if run is None:
-                    run_ops(ops, env, checks=checks, op_keys=op_keys)
-                else:                     # (token, bound): the loops poll and count (interrupt.py)
-                    with interrupt.tracing(run[0], run[1]):
-                        run_ops(ops, env, checks=checks, op_keys=op_keys)
-            missing = [n for n in written + fetch_names if n not in env]
-            if missing:
-                raise OpRuntimeError(_not_computed(plan, missing[0]))
-            new_state = tuple(env[n] for n in written)
-            fetches = [env[n] for n in fetch_names]
-            if checks is None:
-                return new_state, fetches
-            plan.check_infos = [info for _, _, info in checks.items]
-            if not checks.items:
-                return new_state, fetches, jnp.ones((0,), bool), jnp.zeros((0,), jnp.int64)
-            oks = jnp.stack([ok for ok, _, _ in checks.items])
-            values = jnp.stack([jnp.zeros((), jnp.int64) if v is None else v for _, v, _ in checks.items])
-            all_ok = jnp.all(oks)
-            # A failed check hands back the old state of the donated buffers: the run did not happen.
-            old = dict(zip(plan.mutable_state, mutable[:n_mutable]))
-            new_state = tuple(_keep_old_unless(all_ok, value, old.get(name))
-                              for name, value in zip(written, new_state))
-            return new_state, fetches, oks, values
 
+        if sharded is not None:
+            plan.interruptible = False    # a step over several devices keeps its four arguments
+        step = step_function(plan, sharded, on_trace)
         plan.step_fn = step
         if sharded is None:
             # checked per feed shape (a startup program runs on the host; sharded steps span devices)
@@ -848,46 +805,25 @@ class Executor:
     # -- feeds and state -----------------------------------------------------------------------
     def _check_feeds(self, plan: _Plan, feed: Mapping[str, Any]) -> tuple:
         out = []
-        off = None
         for name, want, declared, var, host_checks, tail, rank in plan.feed_specs:
             value = feed[name]
             if var.lod_level:
                 value = check_lod_feed(name, value, want, declared, var)
-                if not var.need_check_feed and off_declaration(value, want, declared):
-                    off = (off or []) + [(name, value, var)]
             # The common case in two comparisons (only the batch dim unknown, see _fast_tail); else
             # check_feed, which checks every known dim.
             elif not (value.__class__ is np.ndarray and value.dtype == want and value.shape[1:] == tail
                       and value.ndim == rank):
                 value = check_feed(name, value, want, declared, var)
-                # Paddle's feed rule: without need_check_feed the declaration is advice, and the
-                # program's shapes are re-inferred from the feed (once per signature, below).
-                if not var.need_check_feed and off_declaration(value, want, declared):
-                    off = (off or []) + [(name, value, var)]
             for check in host_checks:
                 check(value)
-            if plan.empty_undefined is not None and 0 in value.shape and name not in plan.unread_feeds:
+            if plan.empty_undefined is not None and 0 in value.shape:
                 raise FeedError(f"feed {name!r} has shape {tuple(value.shape)}: an empty batch, and op "
                                 f"{plan.empty_undefined!r} of this program has no defined result on an "
                                 "empty batch (a mean or statistic of nothing); feed at least one row")
             if self._device is not None:
                 value = jax.device_put(value, self._device)
             out.append(value)
-        if off is not None:
-            self._reinfer(plan, off)
         return tuple(out)
-
-    @staticmethod
-    def _reinfer(plan: _Plan, off: list) -> None:
-        """Shapes re-inferred for feeds off their (advisory) declaration: a ShapeError naming the
-        op an array cannot reach, before the step compiles; checked once per feed signature."""
-        key = tuple((n, _lod_free(v).shape, _lod_free(v).dtype.str) for n, v, _ in off)
-        if key in plan.reinferred:
-            return
-        reinfer(plan.program.global_block(), plan.host_ops + plan.ops, {n: (v, var) for n, v, var in off})
-        if len(plan.reinferred) > 256:
-            plan.reinferred.clear()
-        plan.reinferred[key] = True
 
     def _bind(self, plan: _Plan, scope: Scope, refresh: bool = False) -> tuple:
         """Where ``plan``'s state lives in ``scope``: (weakref to scope, mutable tensors, const
@@ -939,6 +875,69 @@ class Executor:
     def _run_host_ops(self, plan: _Plan, scope: Scope) -> None:
         for op in plan.host_ops:
             registry.get(op.type).compute(op, scope)
+
+
+def run_keys(seed) -> tuple:
+    """The (fixed key, run key) of a run's ``seed`` = [program seed, run count]: ops whose numbers a
+    seeded program fixes draw from the first, every other random op from the second (each op folds
+    its position in)."""
+    fixed_key = make_key(seed[0])
+    return fixed_key, jax.random.fold_in(fixed_key, seed[1])
+
+
+def step_function(plan: _Plan, sharded=None, on_trace=None):
+    """The pure step of ``plan``: ``step(mutable, const, feeds, seed, run=None) -> (new_state,
+    fetches)`` (plus the check flags when ``plan.has_checks``). The Executor jits it; ``fj.to_jax``
+    wraps the same function, so both lower a program the same way. ``seed`` is [program seed, run
+    count] or the (fixed key, run key) pair of :func:`run_keys`; ``on_trace`` is called whenever
+    the step is traced."""
+    ops, fetch_names, written = plan.ops, plan.fetch_names, plan.written_state
+    names = plan.const_state + plan.mutable_state + plan.feed_names
+    n_mutable = len(plan.mutable_state)
+    check_nan_inf, check_index = flags.mode
+    fixed = plan.fixed_random_ops
+    host_checked = plan.host_checked
+
+    # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
+    def step(mutable, const, feeds, seed, run=None):
+        if on_trace is not None:
+            on_trace()
+        items = zip(names, const + mutable + feeds)
+        env: dict[str, Any] = dict(items) if sharded is None else sharded.env(items)
+        op_keys = None
+        if seed is not None:
+            # Initializers of a seeded program draw the same numbers on every run (Paddle's
+            # meaning of a fixed seed); every other random op gets a key that moves per run.
+            # (fj.to_jax passes the two keys themselves: (fixed key, run key).)
+            fixed_key, run_key = seed if isinstance(seed, tuple) else run_keys(seed)
+            op_keys = lambda i: fixed_key if i in fixed else run_key  # noqa: E731
+        checks = StepChecks(check_index, check_nan_inf, host_checked) if plan.has_checks else None
+        with bounds_from_feeds(env):  # fed sequences' longest lengths, for what runs along them
+            if run is None:
+                run_ops(ops, env, checks=checks, op_keys=op_keys)
+            else:                     # (token, bound): the loops poll and count (interrupt.py)
+                with interrupt.tracing(run[0], run[1]):
+                    run_ops(ops, env, checks=checks, op_keys=op_keys)
+        missing = [n for n in written + fetch_names if n not in env]
+        if missing:
+            raise OpRuntimeError(_not_computed(plan, missing[0]))
+        new_state = tuple(env[n] for n in written)
+        fetches = [env[n] for n in fetch_names]
+        if checks is None:
+            return new_state, fetches
+        plan.check_infos = [info for _, _, info in checks.items]
+        if not checks.items:
+            return new_state, fetches, jnp.ones((0,), bool), jnp.zeros((0,), jnp.int64)
+        oks = jnp.stack([ok for ok, _, _ in checks.items])
+        values = jnp.stack([jnp.zeros((), jnp.int64) if v is None else v for _, v, _ in checks.items])
+        all_ok = jnp.all(oks)
+        # A failed check hands back the old state of the donated buffers: the run did not happen.
+        old = dict(zip(plan.mutable_state, mutable[:n_mutable]))
+        new_state = tuple(_keep_old_unless(all_ok, value, old.get(name))
+                          for name, value in zip(written, new_state))
+        return new_state, fetches, oks, values
+
+    return step
 
 
 # Ops of saved inference models that move data in and out of the program (Paddle's feed/fetch
@@ -1051,11 +1050,6 @@ def _not_computed(plan: _Plan, name: str) -> str:
                 return (f"variable {name!r} was not computed: op {op.type!r} at {op.location} names it as "
                         f"output {slot}, but op {op.type!r} produces no value for that slot")
     return f"variable {name!r} was not computed by any op of the step"
-
-
-def _lod_free(value):
-    """The rows of a LoD value, or the value."""
-    return value.data if value.__class__ is LoDValue else value
 
 
 def _fast_tail(declared: tuple[int, ...]):
