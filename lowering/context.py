@@ -32,6 +32,10 @@ class ComputeContext:
     sub-block: this module knows nothing of how, so it imports nothing that runs ops.
     """
 
+    # The real row count of a LoD input, for an op declared ``lower.row_statistics`` (None otherwise):
+    # its statistics see the real rows only, never the padding rows of a bucket.
+    real_rows = None
+
     def __init__(self, opdef, op, values: Mapping[str, Sequence[Any]], attrs: Mapping[str, Any],
                  rng: Callable[[], jax.Array] | None = None, out_names: Mapping[str, Sequence[str]] | None = None,
                  lower_block: Callable | None = None, env: Mapping[str, Any] | None = None,

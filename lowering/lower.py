@@ -72,6 +72,8 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         checks.check_indices(op, values)
     ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block or lower_sub_block, env=env,
                          checks=checks)
+    if lod_source is not None and op.type in ROW_STATISTICS:
+        ctx.real_rows = lod_source.row_count()      # statistics over the real rows only
     try:
         if _foldable(opdef, op, values):
             # Shape arithmetic on concrete values (shape -> slice -> concat -> ...) stays concrete,
@@ -146,6 +148,18 @@ def plain_row_outputs(op_type: str, *slots: str) -> None:
     PLAIN_ROW_OUTPUTS[op_type] = frozenset(slots)
 
 
+# Op types whose statistics run over the rows (batch_norm): on a LoD input their rule sees the padded
+# rows and ``ctx.real_rows``, the real row count, and computes its statistics over those rows only.
+ROW_STATISTICS: set[str] = set()
+
+
+def row_statistics(*types: str) -> None:
+    """Declare that the rules of ``types`` (and of their ``_grad`` ops) take a LoD input's rows with
+    ``ctx.real_rows`` set (masked statistics), instead of refusing it as mixing padding rows."""
+    for t in types:
+        ROW_STATISTICS.update((t, t + "_grad"))
+
+
 def lod_aware(*types: str) -> None:
     """Declare that the JAX rules of ``types`` (and of their ``_grad`` ops) take LoDValue inputs."""
     for t in types:
@@ -167,6 +181,8 @@ def _first_lod(values: dict) -> LoDValue | None:
 
 
 def _mixes_rows(op, value) -> bool:
+    if op.type in ROW_STATISTICS:
+        return False
     if op.type in _ROW_MIXING:
         return True
     if op.type in _REDUCTIONS:
@@ -328,6 +344,7 @@ def auto_grad_compute(ctx: ComputeContext) -> dict[str, list]:
             values[slot][i] = LoDValue(values[slot][i], lod.offsets)
         fctx = ComputeContext(fwd, ctx.op, values, ctx._attrs, None, out_names=fwd_out_names,
                               lower_block=lower_sub_block)
+        fctx.real_rows = ctx.real_rows
         outs = fwd.compute(fctx)
         return [[o.data if o.__class__ is LoDValue else o
                  for o in (outs[s] if isinstance(outs[s], (list, tuple)) else [outs[s]])] for s in out_slots]

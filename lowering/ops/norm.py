@@ -15,6 +15,7 @@ from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
+from ..lower import row_statistics
 from ._shapes import dims_equal, prod
 
 _CHANNEL_LAST = ("NHWC", "NDHWC", "NLC", "NWC")
@@ -35,6 +36,24 @@ def _check_channel_vector(ctx: InferShapeContext, slot: str, c: int) -> None:
 def _moments(x, axes):
     mean = jnp.mean(x, axis=axes, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    return mean, var
+
+
+def _row_mask(x, real_rows):
+    """[rows, 1, ...] of x's rank: 1 for the first ``real_rows`` rows (a LoD value's real rows)."""
+    mask = jnp.arange(x.shape[0]) < real_rows
+    return mask.reshape((x.shape[0],) + (1,) * (x.ndim - 1))
+
+
+def _masked_moments(x, axes, mask):
+    """Mean and biased variance over ``axes`` (row axis 0 among them) of the rows ``mask`` keeps:
+    padding rows of a LoD value never enter a statistic (nor, masked, its gradient)."""
+    count = jnp.sum(mask, axis=axes, keepdims=True).astype(x.dtype) * \
+        prod([x.shape[i] for i in axes if i != 0])
+    count = jnp.maximum(count, jnp.ones((), x.dtype))
+    xm = jnp.where(mask, x, jnp.zeros((), x.dtype))
+    mean = jnp.sum(xm, axis=axes, keepdims=True) / count
+    var = jnp.sum(jnp.where(mask, jnp.square(x - mean), jnp.zeros((), x.dtype)), axis=axes, keepdims=True) / count
     return mean, var
 
 
@@ -87,9 +106,15 @@ def batch_norm(ctx):
                 "SavedMean": jnp.zeros_like(mean_in), "SavedVariance": jnp.zeros_like(var_in),
                 "ReserveSpace": jnp.zeros((0,), x.dtype)}
     axes = tuple(i for i in range(x.ndim) if i != axis)
-    mean, var = _moments(x, axes)
+    if ctx.real_rows is None:
+        mean, var = _moments(x, axes)
+    else:     # a LoD input (row_statistics): the statistics of its real rows, padding rows zero
+        mask = _row_mask(x, ctx.real_rows)
+        mean, var = _masked_moments(x, axes, mask)
     inv_std = jax.lax.rsqrt(var + jnp.asarray(eps, x.dtype))
     y = (x - mean) * inv_std * scale.reshape(bshape) + bias.reshape(bshape)
+    if ctx.real_rows is not None:
+        y = jnp.where(mask, y, jnp.zeros((), y.dtype))
     momentum = ctx.input("MomentumTensor")
     momentum = ctx.attr("momentum") if momentum is None else momentum.reshape(()).astype(mean_in.dtype)
     batch_mean = jax.lax.stop_gradient(mean.reshape(c)).astype(mean_in.dtype)
@@ -101,6 +126,11 @@ def batch_norm(ctx):
             "SavedVariance": jax.lax.stop_gradient(inv_std.reshape(c)).astype(var_in.dtype),
             # Paddle's cuDNN workspace; nothing to keep here.
             "ReserveSpace": jnp.zeros((0,), x.dtype)}
+
+
+# A LoD input's rows are the batch: every frame of every utterance, its statistics over the real
+# rows only (Fluid's ShareLoD passes the LoD on to Y).
+row_statistics("batch_norm", "sync_batch_norm")
 
 
 # -- layer_norm ----------------------------------------------------------------------------------------
