@@ -197,15 +197,15 @@ def cond(pred: Variable, true_fn: Callable | None = None, false_fn: Callable | N
         false_output = _conditional_block([logical_not(pred)], false_fn)
     if true_output is None and false_output is None:
         return None
-    if true_output is None:
-        raise ValueError("Incompatible return values of true_fn and false_fn in cond: true_fn returns None "
-                         "while false_fn returns non-None")
-    if false_output is None:
-        raise ValueError("Incompatible return values of true_fn and false_fn in cond: true_fn returns "
-                         "non-None while false_fn returns None")
+    if true_output is None or false_output is None:
+        given, missing = ("false_fn", "true_fn") if true_output is None else ("true_fn", "false_fn")
+        raise _branch_mismatch(f"{missing} returns None while {given} returns results; both must return the same "
+                               "structure of Variables, or both None", true_fn, false_fn)
     n_true, n_false = len(_as_sequence(true_output)), len(_as_sequence(false_output))
     if n_true != n_false:
-        raise ValueError(f"true fn returns {n_true} vars, but false fn returns {n_false} vars, which is not equals")
+        raise _branch_mismatch(f"true_fn returns {n_true} output(s), but false_fn returns {n_false}; both must "
+                               "return the same number (XLA selects between them output by output)",
+                               true_fn, false_fn)
     _check_same_dtypes(true_output, false_output)
     mask = cast(pred, "int32")
 
@@ -219,7 +219,23 @@ def cond(pred: Variable, true_fn: Callable | None = None, false_fn: Callable | N
     try:
         return _map(merge, false_output, true_output)
     except ValueError as exc:
-        raise ValueError(f"Incompatible return values of true_fn and false_fn in cond: {exc}") from None
+        raise _branch_mismatch(str(exc), true_fn, false_fn) from None
+
+
+def _source_of(fn: Callable) -> str:
+    """Where ``fn`` is defined (``file:line``), for messages about a branch."""
+    target = getattr(fn, "func", fn)                  # a functools.partial: its function
+    code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)
+    if code is None:
+        return repr(fn)
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def _branch_mismatch(what: str, true_fn: Callable, false_fn: Callable) -> InputTypeError:
+    """The error for branches of ``cond`` whose results do not pair up (an :class:`InputTypeError`,
+    also a ``ValueError`` and a ``TypeError``), naming both branches' source lines."""
+    return InputTypeError(f"Incompatible return values of true_fn and false_fn in cond: {what}. true_fn is "
+                          f"defined at {_source_of(true_fn)}, false_fn at {_source_of(false_fn)}")
 
 
 def _check_same_dtypes(true_output, false_output) -> None:

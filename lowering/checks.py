@@ -314,10 +314,26 @@ def grow_rooms(plan_ops_program, oks: np.ndarray, values: np.ndarray, infos: Seq
     return True
 
 
-def bound_error(info: dict, value: int) -> BoundExceededError | LoDError:
+def array_read_value(index, length):
+    """What a failed check of a tensor-array read reports: the index and the array's length in one
+    int64 (index in the high 32 bits), as :func:`bound_error` reads it back."""
+    return jnp.left_shift(jnp.asarray(index).astype(jnp.int64), 32) | jnp.asarray(length).astype(jnp.int64)
+
+
+def bound_error(info: dict, value: int) -> BoundExceededError | LoDError | IndexOutOfRangeError:
     """The error of a failed ``"bound"`` check: the op, the bound, what the data needed, the user's
-    line (a :class:`LoDError` for offsets the data breaks, with the same attributes)."""
+    line (a :class:`LoDError` for offsets the data breaks, an :class:`IndexOutOfRangeError` for a
+    read of a tensor-array element no write reached, with the same attributes)."""
     op = info["op"]
+    if info.get("array_read"):
+        index, length = value >> 32, value & 0xFFFFFFFF
+        why = (f"the array holds {length} element(s)" if not 0 <= index < length else
+               f"element {index} was never written (the array holds {length}, with gaps)")
+        return IndexOutOfRangeError(
+            f"op {op.type!r} created at {op.location}: reads element {index} of tensor array {info['array']!r}, "
+            f"but {why}; Paddle refuses this read too. Read only indices that a write reached (check "
+            "array_length first). The run was not applied; the scope is as before it.",
+            op_type=op.type, variable=info["array"], location=op.location)
     message = (f"op {op.type!r} created at {op.location}: {info['message']}: got {value}. The run was not "
                "applied; the scope is as before it.")
     if info.get("lod"):

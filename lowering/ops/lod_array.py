@@ -25,8 +25,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from ...ir.errors import OpRuntimeError
+from ...ir.names import OP_ROLE_BACKWARD
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
+from ..checks import bound_checked
 from ..lod_value import LoDValue, bucket, longest_of
 from ..lower import lod_aware
 from .tensor_array import TensorArray, _pad_axis
@@ -183,6 +185,15 @@ def array_to_lod_tensor(ctx):
     if buffer.ndim < 2 or buffer.shape[1] < table.size:
         raise OpRuntimeError(f"{_where(ctx)}: the array's elements have {buffer.shape[1:2]} rows, fewer "
                              f"than the rank table's {table.size} sequences")
+    if ctx.checks is not None and not int(ctx.op.attrs.get("op_role", 0) or 0) & OP_ROLE_BACKWARD:
+        # every step a sequence has must have been written (the gradient pass reads zeros there)
+        longest = table.length[0] if table.size else jnp.zeros((), jnp.int32)
+        ctx.checks.check_bound(ctx.op, longest <= array.length, longest, {
+            "kind": "bound", "bound": None,
+            "message": f"array {ctx.op.input('X')[0]!r} has fewer elements (time steps) than the longest "
+                       "sequence of the rank table: its steps past the array's length were never written "
+                       "(Paddle reads past the array there). Write one element per step of the longest "
+                       "sequence; longest sequence"})
     rows = table.rows
     offsets = table.offsets
     r = jnp.arange(rows, dtype=jnp.int32)
@@ -196,6 +207,9 @@ def array_to_lod_tensor(ctx):
     mask = valid.reshape(valid.shape + (1,) * (picked.ndim - 1))
     data = jnp.where(mask, picked, jnp.zeros_like(picked))
     return {"Out": LoDValue(data, (offsets,))}
+
+
+bound_checked("array_to_lod_tensor", lambda op_: not int(op_.attrs.get("op_role", 0) or 0) & OP_ROLE_BACKWARD)
 
 
 # -- reorder_lod_tensor_by_rank, shrink_rnn_memory ---------------------------------------------------

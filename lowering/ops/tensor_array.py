@@ -14,9 +14,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from ...ir.errors import OpRuntimeError
+from ...ir.names import OP_ROLE_BACKWARD
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
-from ..checks import bound_checked, room_of
+from ..checks import array_read_value, bound_checked, room_of
 from ..lod_value import LoDValue
 from ..lower import lod_aware
 from ._control import _constant, _floating, _strong, _where
@@ -35,13 +36,23 @@ _LOOP_OWNER = "@fluidjax:loop_owner@"      # env marker inside a loop body: (its
 
 @jax.tree_util.register_pytree_node_class
 class TensorArray:
-    """A tensor array: ``buffer`` [capacity, *element shape] and ``length`` (int32 scalar)."""
+    """A tensor array: ``buffer`` [capacity, *element shape] and ``length`` (int32 scalar).
 
-    __slots__ = ("buffer", "length")
+    ``written``: the indices written, when the whole history of the array is known while the step
+    is traced (writes at constant indices outside loops), else None. It is no part of the pytree:
+    an array carried through a loop or a branch comes out with None (unknown), never a wrong set.
+    """
 
-    def __init__(self, buffer, length) -> None:
+    __slots__ = ("buffer", "length", "written")
+
+    def __init__(self, buffer, length, written: frozenset | None = None) -> None:
         self.buffer = buffer
         self.length = length
+        self.written = written
+
+    def full(self) -> bool:
+        """Whether every slot of the buffer is known to be written (0 .. capacity - 1)."""
+        return self.written is not None and self.written == frozenset(range(self.capacity))
 
     def tree_flatten(self):
         return (self.buffer, self.length), None
@@ -62,8 +73,9 @@ class TensorArray:
         def pad(a):
             return jnp.concatenate([a, jnp.zeros((extra,) + tuple(a.shape[1:]), a.dtype)])
         if isinstance(self.buffer, LoDValue):       # elements with LoD: unwritten ones are empty
-            return TensorArray(LoDValue(pad(self.buffer.data), [pad(o) for o in self.buffer.offsets]), self.length)
-        return TensorArray(pad(self.buffer), self.length)
+            return TensorArray(LoDValue(pad(self.buffer.data), [pad(o) for o in self.buffer.offsets]), self.length,
+                               self.written)
+        return TensorArray(pad(self.buffer), self.length, self.written)
 
     def __add__(self, other: "TensorArray") -> "TensorArray":
         """Element-wise sum (gradient contributions to one array): the shorter one padded."""
@@ -162,6 +174,7 @@ def write_to_array(ctx):
         out = write_lod_item(ctx, item, _index(ctx), array, static, room)
         if room or static is None:
             _check_room(ctx, _index(ctx), out.buffer.data.shape[0], name, room)
+        out.written = _written_after(array, static, room)
         return {"Out": out}
     x = _strong(jnp.asarray(raw))
     i = _index(ctx)
@@ -178,9 +191,20 @@ def write_to_array(ctx):
                              "of an array has one shape")
     if room or static is None:
         _check_room(ctx, i, array.capacity, name, room)
+    written = _written_after(ctx.env.get(name), static, room)
     buffer = array.buffer.at[i].set(x.astype(array.buffer.dtype), mode="drop")
     length = jnp.minimum(jnp.maximum(array.length, i + 1), array.capacity)
-    return {"Out": TensorArray(buffer, length.astype(jnp.int32))}
+    return {"Out": TensorArray(buffer, length.astype(jnp.int32), written)}
+
+
+def _written_after(before, static: int | None, room) -> frozenset | None:
+    """The indices known written after a write at ``static`` (None: not known) into ``before``
+    (the array as it was, or no array yet); None when any part of the history is unknown."""
+    if room or static is None:
+        return None
+    if not isinstance(before, TensorArray):
+        return frozenset({static})
+    return None if before.written is None else before.written | {static}
 
 
 # Sub-blocks see LoD values as they are (a DynamicRNN step pools its LoD static input).
@@ -192,12 +216,40 @@ def _read_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Out", x.shape, x.dtype, x.lod_level)     # an element keeps the LoD it was written with
 
 
+def _forward(op_) -> bool:
+    return not int(op_.attrs.get("op_role", 0) or 0) & OP_ROLE_BACKWARD
+
+
+# A forward read checks its index against the elements written (always on, as Paddle refuses such
+# a read). A backward read (the gradient of a write) reads the gradient array, whose unwritten
+# elements are zero gradients.
+bound_checked("read_from_array", _forward)
+
+
+def _check_written(ctx, i, array: TensorArray, what: str) -> None:
+    """The step refuses (an :class:`IndexOutOfRangeError`) when element ``i`` of ``array`` was
+    never written: ``i`` outside [0, length), or a slot below the length that no write reached
+    (known when the array's writes are known while the step is traced)."""
+    if ctx.checks is None or not _forward(ctx.op):
+        return
+    ok = (i >= 0) & (i < array.length)
+    if array.written is not None and not array.full():
+        mask = jnp.asarray([k in array.written for k in range(array.capacity)], bool)
+        ok = ok & mask[jnp.clip(i, 0, array.capacity - 1)]
+    packed = array_read_value(i, array.length)
+    ctx.checks.check_bound(ctx.op, ok, packed, {"kind": "bound", "array_read": True, "array": what,
+                                                 "bound": array.capacity, "message": ""})
+
+
 @op("read_from_array", inputs="X I X_W?", outputs="Out", infer_shape=_read_shape, no_grad_inputs=["I", "X_W"],
     grad_maker=_read_from_array_grad)
 def read_from_array(ctx):
-    """Out = X[I]; an index at or past the array's length reads zeros (Paddle: an error)."""
+    """Out = X[I]. Reading an element no write reached (I at or past the array's length, negative,
+    or a slot never written) is refused with an :class:`IndexOutOfRangeError`, as Paddle refuses it;
+    the gradient pass reads zeros there (a zero gradient)."""
     array = _array(ctx, ctx.input("X"), "X")
     i = _index(ctx)
+    _check_written(ctx, i, array, ctx.op.input("X")[0])
     if isinstance(array.buffer, LoDValue):
         return {"Out": read_lod_item(array, i)}
     element = lax.dynamic_index_in_dim(array.buffer, jnp.clip(i, 0, array.capacity - 1), keepdims=False)
@@ -234,18 +286,54 @@ def _to_tensor_shape(ctx: InferShapeContext) -> None:
     infer_shape=_to_tensor_shape, no_grad_outputs=["OutIndex"], grad=None)
 def tensor_array_to_tensor(ctx):
     """The array's elements stacked (``use_stack``) or concatenated along ``axis``; OutIndex gives
-    each element's size along ``axis``. XLA needs a static shape, so every slot of the buffer is
-    used: the array must be full (length == capacity), which is what writes at 0..n-1 give."""
+    each element's size along ``axis``. Only written elements count: an array known to be full
+    (writes at constant indices 0 .. n-1 outside loops) gives plain tensors; otherwise its number
+    of elements is data (a loop's array has the loop's room), and along axis 0 the results carry
+    their real row count (a counted value: a fetch is cut to it, row-wise ops honour it); along
+    another axis the step refuses an array that is not full (a :class:`BoundExceededError`)."""
     array = _array(ctx, ctx.input("X"), "X")
+    if isinstance(array.buffer, LoDValue):
+        raise OpRuntimeError(f"{_where(ctx.op)}: the array holds LoD tensors; tensor_array_to_tensor takes "
+                             "an array of plain tensors")
     elements = [array.buffer[k] for k in range(array.capacity)]
     axis = int(ctx.attr("axis"))
     if ctx.attr("use_stack"):
         out = jnp.stack(elements, axis=axis)
         index = jnp.ones((len(elements),), jnp.int32)
+        per_element = 1
+        axis = axis + out.ndim if axis < 0 else axis
     else:
         out = jnp.concatenate(elements, axis=axis)
-        index = jnp.full((len(elements),), elements[0].shape[axis], jnp.int32)
+        per_element = int(elements[0].shape[axis]) if elements[0].ndim else 1
+        index = jnp.full((len(elements),), per_element, jnp.int32)
+        axis = axis + out.ndim if axis < 0 else axis
+    if array.full():
+        return {"Out": out, "OutIndex": index}
+    if axis == 0:
+        return {"Out": _counted_rows(out, array.length * per_element),
+                "OutIndex": _counted_rows(index, array.length)}
+    if ctx.checks is not None:
+        name = ctx.op.input("X")[0]
+        ctx.checks.check_bound(ctx.op, array.length == array.capacity, array.length, {
+            "kind": "bound", "bound": array.capacity,
+            "message": f"joins tensor array {name!r} along axis {axis}, but only some of its {array.capacity} "
+                       "slots (its room) were written, and along an axis other than 0 the result cannot carry "
+                       "a count. Write every slot (a loop's room is its max_iterations), or join along axis 0; "
+                       "elements written"})
     return {"Out": out, "OutIndex": index}
+
+
+def _counted_rows(data, count) -> LoDValue:
+    """``data`` whose first ``count`` rows are real (a counted value of one sequence; the rows past
+    them zeroed): what a fetch cuts, and what row-wise ops honour."""
+    count = jnp.asarray(count, jnp.int32)
+    real = (jnp.arange(data.shape[0]) < count).reshape((-1,) + (1,) * (data.ndim - 1))
+    return LoDValue(jnp.where(real, data, jnp.zeros((), data.dtype)),
+                    (jnp.stack([jnp.zeros((), jnp.int32), count]),))
+
+
+# A join of an array whose fullness is data checks it (see tensor_array_to_tensor).
+bound_checked("tensor_array_to_tensor", lambda op_: int(op_.attrs.get("axis", 0) or 0) != 0)
 
 
 # -- arrays of LoD elements ---------------------------------------------------------------------------
