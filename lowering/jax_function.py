@@ -28,6 +28,7 @@ from ..ir.errors import FeedError, FluidJaxError, OpRuntimeError, UninitializedV
 from ..ir.names import OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
+from . import flags
 from .context import PRNG_IMPL, make_key
 from .executor import Executor, _ROOMS_GROWN, step_function
 from .feeds import check_lod_feed
@@ -281,7 +282,7 @@ def _value_of(scope: Scope, name: str, reader) -> jax.Array:
 
 def to_jax(program: Program | None = None, feed: Sequence[str | Variable] = (),
            fetch_list: Sequence[str | Variable] = (), scope: Scope | None = None,
-           for_test: bool = False) -> tuple[JaxFunction, dict]:
+           for_test: bool = False, checks: bool = True) -> tuple[JaxFunction, dict]:
     """``program`` as a pure JAX function and its variables: ``fn, variables = to_jax(...)``.
 
     ``fn(variables, *inputs, rng=None) -> (outputs, new_state)``: ``inputs`` in ``feed`` order (or
@@ -302,6 +303,14 @@ def to_jax(program: Program | None = None, feed: Sequence[str | Variable] = (),
     :class:`MissingRngError`. ``for_test=True`` converts ``program.clone(for_test=True)`` (dropout
     and batch norm in inference mode), which draws nothing.
 
+    Run-time checks (``checks=True``): the Executor's in-step checks (indices in range, the bounds
+    of docs/reliability.md, NaN/Inf under ``FLAGS_check_nan_inf``), fed indices included (the
+    Executor checks those on the host; here the inputs may be traced, so they are checked in the
+    step). A failure raises the Executor's typed error when ``fn`` is called outside a trace, and
+    inside one (``jax.jit``) through a host callback when the computation runs (a
+    ``JaxRuntimeError`` carrying that error's text). ``checks=False`` leaves them out (``jax.export``
+    refuses host callbacks: export a function converted so).
+
     Refused here, all at once (:class:`NotConvertibleError`, each with its program line): host
     ops (``py_func``, ``Print``, readers) and ops whose output size depends on the data.
 
@@ -321,6 +330,11 @@ def to_jax(program: Program | None = None, feed: Sequence[str | Variable] = (),
         raise FeedError("to_jax needs fetch_list: the variables fn returns")
     lowered = program.clone(for_test=True) if for_test else _forward_part(program)
     plan = Executor._make_plan(lowered, feed_names, fetch_names)
+    plan.host_checks, plan.host_checked = {}, frozenset()   # fed indices too are checked in the step
+    if not checks:
+        plan.has_checks = False
+    elif flags.mode[1]:
+        plan.has_checks = plan.has_checks or Executor._index_checks(lowered.global_block(), plan.ops, frozenset())[2]
     refused = _refusals(plan)
     if refused:
         raise NotConvertibleError(f"to_jax: {len(refused)} op(s) of the program cannot be part of a pure JAX "

@@ -289,7 +289,8 @@ def test_twenty_optax_adam_steps_equal_twenty_executor_adam_steps(jit):
 def test_abstract_conversion_eval_shape_and_export():
     x, y, prob, loss = _mlp(hidden=8, inputs=6)
     _started()
-    fn, variables = fj.to_jax(fj.default_main_program(), feed=[x, y], fetch_list=[prob, loss])
+    # (checks=False: the label's range check is a host callback, which jax.export refuses)
+    fn, variables = fj.to_jax(fj.default_main_program(), feed=[x, y], fetch_list=[prob, loss], checks=False)
     assert [str(s.shape) for s in fn.input_specs] == ["(batch, 6)", "(batch, 1)"]
     out, _ = jax.eval_shape(fn, variables, *fn.input_specs)
     assert str(out[0].shape) == "(batch, 10)" and out[1].shape in ((), (1,))
@@ -311,6 +312,22 @@ def test_host_and_data_dependent_ops_are_refused_together():
         fj.to_jax(fj.default_main_program(), feed=[x], fetch_list=[out])
     text = str(info.value)
     assert "'print'" in text and "'where_index'" in text and __file__ in text and "2 op(s)" in text
+
+
+@JIT
+def test_fed_indices_out_of_range_are_checked(jit):
+    ids = layer.data("ids", dims=1, dtype="int64")
+    out = layer.reduce_sum(layer.embedding(ids, size=[10, 4]))
+    _started()
+    fn, variables = fj.to_jax(fj.default_main_program(), feed=[ids], fetch_list=[out])
+    f = _maybe_jit(fn, jit)
+    good = np.array([[1], [9]], np.int64)
+    f(variables, good)[0][0].block_until_ready()
+    # outside a trace the Executor's typed error; inside jit the host callback's, when it runs
+    with pytest.raises(jax.errors.JaxRuntimeError if jit else fj.IndexOutOfRangeError, match="10"):
+        f(variables, np.array([[1], [10]], np.int64))[0][0].block_until_ready()
+    unchecked, _ = fj.to_jax(fj.default_main_program(), feed=[ids], fetch_list=[out], checks=False)
+    jax.export.export(jax.jit(unchecked))(variables, *unchecked.input_specs)
 
 
 def test_changing_variables_never_retraces():
