@@ -89,6 +89,40 @@ sys.modules["paddle.fluid"] = fluidjax
 for _name, _module in list(sys.modules.items()):
     if _name.startswith("fluidjax."):
         sys.modules["paddle.fluid" + _name[len("fluidjax"):]] = _module
+
+
+class _FluidPaths(object):
+    """paddle.fluid.X imports fluidjax.X (or fluidjax's module attribute X) when it was not yet
+    imported: any Fluid module path fluidjax offers resolves; the others fail as missing."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith("paddle.fluid."):
+            return None
+        import importlib, importlib.util, types
+        real = "fluidjax" + fullname[len("paddle.fluid"):]
+        try:
+            module = importlib.import_module(real)
+        except ImportError:
+            parent, _, leaf = real.rpartition(".")
+            try:
+                module = getattr(importlib.import_module(parent), leaf, None)
+            except ImportError:
+                module = None
+            if not isinstance(module, types.ModuleType):
+                return None
+
+        own_spec = getattr(module, "__spec__", None)
+
+        class _Loader(object):
+            def create_module(self, spec):
+                return module
+
+            def exec_module(self, m):                  # the import set paddle.fluid's spec: undo
+                m.__spec__ = own_spec
+        return importlib.util.spec_from_loader(fullname, _Loader())
+
+
+sys.meta_path.insert(0, _FluidPaths())
 fluid = fluidjax
 batch = fluidjax.batch
 reader = fluidjax.reader
@@ -612,6 +646,22 @@ def _value(out):
         return None
 
 
+
+def _stub(name):
+    def stub(*a, **k):
+        record["stubbed"][name] = record["stubbed"].get(name, 0) + 1
+    stub.__name__ = name
+    return stub
+
+
+# BOOK_STUBS: environment checks fluidjax lacks (fluid.require_version), given a no-op stand-in so
+# a script that calls them gets further; each stand-in's calls are recorded (a gap, not hidden).
+record["stubbed"] = {}
+for _name in filter(None, os.environ.get("BOOK_STUBS", "").split(",")):
+    if not hasattr(fluidjax, _name):
+        setattr(fluidjax, _name, _stub(_name))
+        record["stubbed"][_name] = 0
+
 _run = fluidjax.Executor.run
 
 
@@ -662,25 +712,58 @@ class _Override(ast.NodeTransformer):
         return node
 
 
+class TimedOut(BaseException):
+    """The runner's timeout (SIGTERM): raised where the script was, so the record says where."""
+
+
+def _on_term(signum, frame):
+    raise TimedOut("the runner's timeout ended the script here")
+
+
+import signal                                       # noqa: E402
+signal.signal(signal.SIGTERM, _on_term)
+# The script's own files: its folder, or BOOK_SCRIPT_ROOT (a model folder whose helpers sit above).
+SCRIPT_ROOT = os.path.abspath(os.environ.get("BOOK_SCRIPT_ROOT") or os.path.dirname(os.path.abspath(script)))
+FLUIDJAX_ROOT = os.path.dirname(os.path.abspath(fluidjax.__file__))
+
+
+def _where(f):
+    path = os.path.abspath(f.filename)
+    shown = ("fluidjax/" + os.path.relpath(path, FLUIDJAX_ROOT) if path.startswith(FLUIDJAX_ROOT + os.sep)
+             else os.path.relpath(path))
+    return "%s:%d: %s" % (shown, f.lineno, (f.line or "").strip())
+
+
+def _ops_built():
+    try:
+        return sum(len(b.ops) for b in fluidjax.default_main_program().blocks)
+    except Exception:
+        return None
+
+
 sys.argv = [script] + args
-source = open(script).read()
-tree = ast.parse(source, script)
-if overrides:
-    tree = ast.fix_missing_locations(_Override().visit(tree))
-code = compile(tree, script, "exec")
 glb = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__}
 try:
+    source = open(script).read()
+    tree = ast.parse(source, script)
+    if overrides:
+        tree = ast.fix_missing_locations(_Override().visit(tree))
+    code = compile(tree, script, "exec")
     exec(code, glb)
 except SystemExit as exc:
     record["exit"] = exc.code if isinstance(exc.code, (int, type(None))) else str(exc.code)
 except BaseException as exc:
     frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if os.path.abspath(f.filename).startswith(os.path.dirname(
-        os.path.abspath(script)))]
-    where = lambda f: "%s:%d: %s" % (os.path.relpath(f.filename), f.lineno, (f.line or "").strip())
+    if isinstance(exc, SyntaxError) and exc.filename:        # the offending line has no frame
+        frames.append(traceback.FrameSummary(exc.filename, exc.lineno or 0, None,
+                                             line=(exc.text or "").strip()))
+    mine = [f for f in frames if os.path.abspath(f.filename).startswith(SCRIPT_ROOT + os.sep)]
+    ours = [f for f in frames if os.path.abspath(f.filename).startswith(FLUIDJAX_ROOT + os.sep)]
     record["error"] = {"type": type(exc).__name__, "message": str(exc)[:1500],
-                       "script_line": where(mine[-1]) if mine else None,
-                       "innermost": where(frames[-1]) if frames else None,
+                       "script_line": _where(mine[-1]) if mine else None,
+                       "fluidjax_line": _where(ours[-1]) if ours else None,
+                       "innermost": _where(frames[-1]) if frames else None,
+                       "ops_built": _ops_built(),
                        "traceback": "".join(traceback.format_exception(exc))[-6000:]}
 finally:
     _finish()
@@ -689,8 +772,11 @@ if record["error"]:
 '''
 
 
-def write_shim(directory: str, python: str) -> str:
+def write_shim(directory: str, python: str, extra: dict | None = None) -> str:
+    """Write the generated ``paddle`` package, the child and (if missing) six into ``directory``;
+    ``extra`` (relative path -> text) adds or replaces files (the corpus runner's own modules)."""
     files = dict(SHIM)
+    files.update(extra or {})
     if subprocess.run([python, "-c", "import six"], capture_output=True).returncode:
         files["six.py"] = SIX
     for rel, text in files.items():
@@ -731,23 +817,36 @@ def _fmt(x) -> str:
 
 
 def run_script(book: str, spec: dict, shim: str, python: str, timeout: float, log_dir: str) -> dict:
+    """Run one script (``spec``: name, path under ``book``; optional args, env, data, overrides,
+    cwd and root, both under ``book``: the working directory, default the script's folder, and the
+    folder whose files count as the script's own in its traceback) in a child; its record.
+
+    At the timeout the child gets SIGTERM (it records where it was), 30 s later SIGKILL."""
     script = os.path.join(book, spec["path"])
     report = os.path.join(log_dir, spec["name"] + ".json")
     log = os.path.join(log_dir, spec["name"] + ".log")
+    cwd = os.path.join(book, spec["cwd"]) if spec.get("cwd") else os.path.dirname(script)
     env = dict(os.environ, BOOK_REPORT=report, BOOK_DATA=json.dumps(spec.get("data", {})),
                BOOK_OVERRIDES=json.dumps(spec.get("overrides", {})), PYTHONUNBUFFERED="1",
                MPLBACKEND="Agg", **spec.get("env", {}))
+    if spec.get("root"):
+        env["BOOK_SCRIPT_ROOT"] = os.path.join(book, spec["root"])
     env.pop("PYTHONPATH", None)
     if os.path.exists(report):
         os.remove(report)
     start = time.perf_counter()
     with open(log, "w") as out:
+        proc = subprocess.Popen([python, os.path.join(shim, "book_child.py"), script, *spec.get("args", [])],
+                                cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            proc = subprocess.run([python, os.path.join(shim, "book_child.py"), script, *spec.get("args", [])],
-                                  cwd=os.path.dirname(script), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=timeout)
-            rc = proc.returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             rc = "timeout"
     wall = time.perf_counter() - start
     result = {"name": spec["name"], "rc": rc, "wall_s": round(wall, 1), "log": log, "batch": spec.get("batch"),
@@ -755,7 +854,8 @@ def run_script(book: str, spec: dict, shim: str, python: str, timeout: float, lo
     if os.path.exists(report):
         with open(report) as f:
             rec = json.load(f)
-        result.update(summarize(rec), error=rec["error"], exit=rec["exit"], peak_rss_mb=rec.get("peak_rss_mb"))
+        result.update(summarize(rec), error=rec["error"], exit=rec["exit"], peak_rss_mb=rec.get("peak_rss_mb"),
+                      stubbed=rec.get("stubbed", {}))
     else:
         with open(log) as f:
             result["error"] = {"type": "no record", "message": f.read()[-1500:], "script_line": None,
@@ -781,6 +881,8 @@ def describe(r: dict) -> str:
         lines.append(f"   FAILED: {err['type']}: {err['message'].splitlines()[0] if err['message'] else ''}"[:400])
         if err.get("script_line"):
             lines.append(f"     at {err['script_line']}")
+        if err.get("fluidjax_line") and err["fluidjax_line"] != err.get("innermost"):
+            lines.append(f"     in fluidjax {err['fluidjax_line']}")
         if err.get("innermost"):
             lines.append(f"     innermost {err['innermost']}")
     elif r["rc"] == "timeout":

@@ -1,0 +1,752 @@
+"""Run PaddlePaddle/models' static-graph Fluid 1.x model scripts, text untouched, on fluidjax.
+
+    python benchmarks/fluid_corpus.py prepare --git MODELS_GIT_DIR --out /work/corpus   # once
+    FLUID_CORPUS=/work/corpus python benchmarks/fluid_corpus.py                        # every script
+    python benchmarks/fluid_corpus.py --corpus /work/corpus --only ic_resnet50 -j 2 --markdown t.md
+
+**The corpus** is not part of this repository. ``prepare`` extracts it from a git directory of
+PaddlePaddle/models (``git clone --bare https://github.com/PaddlePaddle/models``) into three trees:
+
+- ``fluid14/fluid``: the ``fluid/`` folder at its last 1.x-layout commit (b014ae2, the parent of
+  43cdafbb9 "Adjust whole models structure", April 2019, Fluid 1.3/1.4): DeepASR, DeepQNetwork,
+  policy_gradient, and the PaddleCV/PaddleNLP/PaddleRec models of that time;
+- ``r15``: PaddleCV, PaddleNLP, PaddleRec of ``release/1.5`` (SSD, YOLOv3, R-CNN, ICNet,
+  DeepLabv3+ still live here; in 1.6+ they moved to the PaddleDetection/PaddleSeg submodules);
+- ``r18``: PaddleCV, PaddleNLP, PaddleRec, PaddleSpeech/DeepASR of ``release/1.8``.
+
+Images, archives and files over 2 MB are left out.
+
+**How a script runs** is ``book_scripts.py``'s machinery: its own subprocess (``nice``d as the
+parent), its folder as working directory, a generated ``paddle`` package first on ``sys.path``
+(``paddle.fluid`` and every ``paddle.fluid.*`` path = fluidjax's, ``paddle.dataset.*`` small
+synthetic readers; ``benchmarks/corpus_shim/`` adds ``paddle.compat`` and a Pillow-backed ``cv2``).
+Sizes and steps are set through the scripts' own flags (epochs, batch size, step caps, tiny
+hidden sizes); where a script reads data files, the runner writes small synthetic files of the
+real format into a scratch folder and points the script's flags at them (``DATA``); a script
+whose data it does not synthesize fails where it opens its data, reported as such.
+
+Per script: ran to the end or the first error (the innermost frame in the script's folder and in
+fluidjax, and the message), training steps with the first -> last fetched loss, wall time, peak
+RSS; and a classification of the failure (``classify``): the script's own (Python 2 syntax,
+NumPy 2's removed aliases, a third-party module this environment lacks, data not supplied or a
+download) apart from fluidjax's (missing module path or name, keyword, op missing, shape rule,
+feed, LoD, not offered, ...). ``--markdown`` writes the table that ``docs/fluid1.md`` shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import book_scripts  # noqa: E402  (the shared machinery: shim, child, run_script, summarize)
+
+PREPARE = [  # (tree, commit or ref, paths)
+    ("fluid14", "43cdafbb9^", ["fluid"]),
+    ("r15", "release/1.5", ["PaddleCV", "PaddleNLP", "PaddleRec"]),
+    ("r18", "release/1.8", ["PaddleCV", "PaddleNLP", "PaddleRec", "PaddleSpeech/DeepASR"]),
+]
+
+
+def prepare(git_dir: str, out: str) -> None:
+    """Extract the corpus trees (PREPARE) from a git directory of PaddlePaddle/models into ``out``."""
+    skip = (".png", ".jpg", ".jpeg", ".gif", ".pdf", ".JPEG", ".tar", ".gz", ".zip")
+    for tree, ref, paths in PREPARE:
+        listing = subprocess.run(["git", "-C", git_dir, "ls-tree", "-r", "-l", "-z", ref, "--", *paths],
+                                 capture_output=True, check=True).stdout.decode().split("\0")
+        count = 0
+        for entry in filter(None, listing):
+            meta, path = entry.split("\t", 1)
+            _, kind, obj, size = meta.split()
+            if kind != "blob" or size == "-" or int(size) > 2_000_000 or path.endswith(skip):
+                continue
+            blob = subprocess.run(["git", "-C", git_dir, "cat-file", "blob", obj], capture_output=True)
+            if blob.returncode:
+                continue                                   # absent from a partial clone
+            dest = os.path.join(out, tree, path)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "wb") as f:
+                f.write(blob.stdout)
+            count += 1
+        print(f"{tree}: {count} files from {ref}")
+
+
+# -- synthetic data of the real formats -----------------------------------------------------------
+def _rng(name):
+    import numpy as np
+    return np.random.RandomState(sum(map(ord, name)) % 10007)
+
+
+def data_imagenet(d: str) -> None:
+    """ImageNet layout: train_list.txt / val_list.txt ("relative/path.jpg label"), 10 classes of
+    48x48 JPEGs whose colour depends on the label."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("imagenet")
+    for part, n in (("train", 24), ("val", 8)):
+        os.makedirs(os.path.join(d, part), exist_ok=True)
+        with open(os.path.join(d, f"{part}_list.txt"), "w") as f:
+            for i in range(n):
+                label = i % 10
+                img = np.clip(r.normal(25 * label, 30, (48, 48, 3)), 0, 255).astype("uint8")
+                Image.fromarray(img).save(os.path.join(d, part, f"{i}.jpg"))
+                f.write(f"{part}/{i}.jpg {label}\n")
+
+
+def data_word2vec(d: str) -> None:
+    """word2vec: a dictionary file ("word count" lines) and a folder of id-sequence text files
+    (the preprocessed form the reader expects: space-separated word ids per line)."""
+    r = _rng("w2v")
+    os.makedirs(os.path.join(d, "text"), exist_ok=True)
+    with open(os.path.join(d, "dict"), "w") as f:
+        for i in range(200):
+            f.write(f"w{i} {1000 // (i + 1) + 5}\n")
+    with open(os.path.join(d, "text", "part-0"), "w") as f:
+        for _ in range(60):
+            f.write(" ".join(str(int(x)) for x in r.zipf(1.3, 20) % 200) + "\n")
+
+
+def data_criteo(d: str) -> None:
+    """Criteo raw lines: label, 13 integer features, 26 hashed categorical features, tab-separated."""
+    r = _rng("criteo")
+    for part in ("train_data", "test_data"):
+        os.makedirs(os.path.join(d, part), exist_ok=True)
+        with open(os.path.join(d, part, "part-0"), "w") as f:
+            for _ in range(64):
+                dense = [str(int(x)) if r.rand() > 0.1 else "" for x in r.randint(0, 50, 13)]
+                cats = ["%08x" % x if r.rand() > 0.1 else "" for x in r.randint(0, 2 ** 31, 26)]
+                f.write("\t".join([str(int(r.rand() < 0.3))] + dense + cats) + "\n")
+
+
+def data_text_cls(d: str) -> None:
+    """Sentiment / emotion classification: train.tsv, dev.tsv, test.tsv, infer.tsv ("label\\ttext"
+    with a header line; text: space-separated words) and word_dict.txt (one word a line)."""
+    r = _rng("senta")
+    words = ["w%d" % i for i in range(300)]
+    with open(os.path.join(d, "word_dict.txt"), "w") as f:
+        f.write("\n".join(words + ["<unk>"]) + "\n")
+    with open(os.path.join(d, "vocab.txt"), "w") as f:
+        f.write("\n".join(f"{w}\t{i}" for i, w in enumerate(words + ["<unk>"])) + "\n")
+    for part in ("train", "dev", "test", "infer"):
+        with open(os.path.join(d, f"{part}.tsv"), "w") as f:
+            f.write("label\ttext_a\n")
+            for _ in range(48):
+                label = int(r.randint(2))
+                n = int(r.randint(4, 20))
+                ids = r.randint(0, 150, n) * 2 + label
+                f.write(f"{label}\t" + " ".join(words[i] for i in ids) + "\n")
+
+
+def data_ptb(d: str) -> None:
+    """PTB (simple-examples/data/ptb.{train,valid,test}.txt): lines of words."""
+    r = _rng("ptb")
+    os.makedirs(d, exist_ok=True)
+    for part, n in (("train", 120), ("valid", 20), ("test", 20)):
+        with open(os.path.join(d, f"ptb.{part}.txt"), "w") as f:
+            for _ in range(n):
+                f.write(" " + " ".join("w%d" % i for i in r.zipf(1.3, int(r.randint(5, 20))) % 300) + " \n")
+
+
+def data_lac(d: str) -> None:
+    """LAC (lexical analysis): train.tsv / test.tsv with a header, "chars joined by \\x02 \\t tags
+    joined by \\x02"; the dictionaries are the model's own conf/ files."""
+    r = _rng("lac")
+    tags = ["n-B", "n-I", "v-B", "v-I", "O"]
+    chars = [chr(0x4e00 + i) for i in range(200)]
+    for part in ("train", "test", "infer"):
+        with open(os.path.join(d, f"{part}.tsv"), "w") as f:
+            f.write("text_a\tlabel\n")
+            for _ in range(40):
+                n = int(r.randint(3, 15))
+                cs = [chars[i] for i in r.randint(0, 200, n)]
+                ts = [tags[i] for i in r.randint(0, 5, n)]
+                f.write("\x02".join(cs) + "\t" + "\x02".join(ts) + "\n")
+
+
+def data_wmt(d: str) -> None:
+    """Transformer / seq2seq: "source sentence\\ttarget sentence" BPE lines, a shared vocabulary
+    with <s> <e> <unk> first; seq2seq's prefix files (train.vi/train.en, vocab.vi/vocab.en)."""
+    r = _rng("wmt")
+    words = ["<s>", "<e>", "<unk>"] + ["w%d" % i for i in range(200)]
+    with open(os.path.join(d, "vocab.bpe"), "w") as f:
+        f.write("\n".join(words) + "\n")
+    for lang in ("vi", "en"):
+        with open(os.path.join(d, f"vocab.{lang}"), "w") as f:
+            f.write("\n".join(["<unk>", "<s>", "</s>"] + words[3:]) + "\n")
+    pairs = []
+    for _ in range(64):
+        n = int(r.randint(3, 12))
+        src = r.randint(3, 203, n)
+        trg = [3 + (int(w) * 7) % 200 for w in src[::-1]]
+        pairs.append((" ".join(words[i] for i in src), " ".join(words[i] for i in trg)))
+    for part in ("train", "dev", "test", "tst2012", "tst2013"):
+        with open(os.path.join(d, f"{part}.tok.bpe"), "w") as f:
+            f.write("".join(f"{s}\t{t}\n" for s, t in pairs))
+        with open(os.path.join(d, f"{part}.vi"), "w") as fv, open(os.path.join(d, f"{part}.en"), "w") as fe:
+            for s, t in pairs:
+                fv.write(s + "\n")
+                fe.write(t + "\n")
+
+
+def data_ocr(d: str) -> None:
+    """OCR (ctc / attention): train_images/ of 48-high grey JPEGs and train.list lines
+    "width height name label-ids(comma-separated)" (160 lines over 8 images: the reader's partial
+    shuffle drops up to 100 lines); the same for test."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("ocr")
+    for part in ("train", "test"):
+        os.makedirs(os.path.join(d, f"{part}_images"), exist_ok=True)
+        lines = []
+        for i in range(8):
+            n = int(r.randint(2, 6))
+            label = r.randint(0, 95, n)
+            img = np.clip(r.normal(128, 60, (48, 48 + 16 * n)), 0, 255).astype("uint8")
+            Image.fromarray(img).save(os.path.join(d, f"{part}_images", f"{i}.jpg"))
+            lines.append(f"{48 + 16 * n} 48 {i}.jpg " + ",".join(map(str, label)) + "\n")
+        with open(os.path.join(d, f"{part}.list"), "w") as f:
+            f.write("".join(lines * 20))
+
+
+def data_sop(d: str) -> None:
+    """Stanford Online Products (metric learning): data/Stanford_Online_Products/Ebay_{train,test}.txt
+    ("image_id class_id super_class_id path" with a header) and 48x48 JPEGs, 6 classes x 4 images."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("sop")
+    root = os.path.join(d, "data", "Stanford_Online_Products")
+    os.makedirs(os.path.join(root, "img"), exist_ok=True)
+    for part, first in (("train", 1), ("test", 7)):
+        with open(os.path.join(root, f"Ebay_{part}.txt"), "w") as f:
+            f.write("image_id class_id super_class_id path\n")
+            for i in range(24):
+                label = first + i % 6
+                img = np.clip(r.normal(30 * (label % 8), 30, (48, 48, 3)), 0, 255).astype("uint8")
+                Image.fromarray(img).save(os.path.join(root, "img", f"{part}{i}.jpg"))
+                f.write(f"{i + 1} {label} 1 img/{part}{i}.jpg\n")
+
+
+def data_voc(d: str) -> None:
+    """Pascal VOC (SSD): label_list (background first), trainval.txt / test.txt ("image annotation"
+    per line), 120x100 JPEGs with one or two boxes each, VOC XML annotations."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("voc")
+    names = ["background", "aeroplane", "bicycle", "bird", "boat", "bottle"]
+    with open(os.path.join(d, "label_list"), "w") as f:
+        f.write("\n".join(names) + "\n")
+    os.makedirs(os.path.join(d, "img"), exist_ok=True)
+    for part in ("trainval", "test"):
+        with open(os.path.join(d, f"{part}.txt"), "w") as f:
+            for i in range(8):
+                img = np.full((100, 120, 3), 90, "uint8")
+                objs = []
+                for _ in range(1 + i % 2):
+                    x0, y0 = int(r.randint(0, 70)), int(r.randint(0, 50))
+                    x1, y1 = x0 + int(r.randint(20, 50)), y0 + int(r.randint(20, 50))
+                    c = 1 + int(r.randint(5))
+                    img[y0:y1, x0:x1] = 40 * c
+                    objs.append(f"<object><name>{names[c]}</name><difficult>0</difficult><bndbox><xmin>{x0}</xmin>"
+                                f"<ymin>{y0}</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>")
+                Image.fromarray(img).save(os.path.join(d, "img", f"{part}{i}.jpg"))
+                with open(os.path.join(d, "img", f"{part}{i}.xml"), "w") as x:
+                    x.write(f"<annotation><size><width>120</width><height>100</height></size>{''.join(objs)}"
+                            "</annotation>")
+                f.write(f"img/{part}{i}.jpg img/{part}{i}.xml\n")
+
+
+def data_coco(d: str) -> None:
+    """COCO 2017 layout: annotations/instances_{train,val}2017.json (5 categories, boxes as
+    [x, y, w, h], area, iscrowd 0, a polygon per box) and train2017/ val2017/ JPEGs (160x128)."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("coco")
+    os.makedirs(os.path.join(d, "annotations"), exist_ok=True)
+    cats = [{"id": i + 1, "name": n, "supercategory": "x"}
+            for i, n in enumerate(["person", "car", "dog", "cat", "bus"])]
+    for part in ("train2017", "val2017"):
+        os.makedirs(os.path.join(d, part), exist_ok=True)
+        images, anns = [], []
+        for i in range(8):
+            img = np.full((128, 160, 3), 100, "uint8")
+            for _ in range(1 + i % 3):
+                x, y = int(r.randint(0, 100)), int(r.randint(0, 70))
+                w, h = int(r.randint(20, 60)), int(r.randint(20, 58))
+                c = 1 + int(r.randint(5))
+                img[y:y + h, x:x + w] = 40 * c
+                anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": c, "bbox": [x, y, w, h],
+                             "area": w * h, "iscrowd": 0,
+                             "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]]})
+            Image.fromarray(img).save(os.path.join(d, part, f"{i + 1:012d}.jpg"))
+            images.append({"id": i + 1, "file_name": f"{i + 1:012d}.jpg", "width": 160, "height": 128})
+        with open(os.path.join(d, "annotations", f"instances_{part}.json"), "w") as f:
+            json.dump({"images": images, "annotations": anns, "categories": cats}, f)
+
+
+DATA = {"coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo,
+        "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr}
+
+# -- the scripts ----------------------------------------------------------------------------------
+# name, target (the brief's model family), path under the corpus, args ("{data}": the synthetic data
+# folder), data (a DATA key), cwd/root under the corpus, env, book data (BOOK_DATA for paddle.dataset).
+R18CV, R15CV, F14 = "r18/PaddleCV", "r15/PaddleCV", "fluid14/fluid"
+IC_ARGS = ["--use_gpu", "False", "--data_dir", "{data}", "--batch_size", "4", "--test_batch_size", "4",
+           "--num_epochs", "1", "--max_iter", "3", "--total_images", "24", "--class_dim", "10",
+           "--image_shape", "3", "224", "224", "--reader_thread", "1", "--print_step", "1",
+           "--validate", "False", "--lr_strategy", "cosine_decay", "--model_save_dir", "{data}/out"]
+IC_MODELS = ["ResNet50", "ResNet18_vd", "ResNeXt50_32x4d", "SE_ResNeXt50_32x4d", "MobileNetV1", "MobileNetV2",
+             "MobileNetV3_small_x1_0", "VGG11", "AlexNet", "GoogLeNet", "InceptionV4", "DenseNet121",
+             "ShuffleNetV2_x1_0", "SqueezeNet1_0", "DarkNet53", "Xception41", "DPN68", "EfficientNetB0",
+             "Res2Net50_26w_4s", "HRNet_W18_C"]
+
+SCRIPTS = [dict(name="ic_" + m.lower(), target="image classification", path=f"{R18CV}/image_classification/train.py",
+                args=["--model", m] + IC_ARGS, data="imagenet") for m in IC_MODELS]
+SCRIPTS += [
+    dict(name="metric_elem", target="metric learning", path=f"{R18CV}/metric_learning/train_elem.py",
+         args=["--use_gpu", "False", "--model", "ResNet50", "--train_batch_size", "4", "--test_batch_size", "4",
+               "--image_shape", "3,224,224", "--class_dim", "10", "--total_iter_num", "3", "--display_iter_step", "1",
+               "--test_iter_step", "100", "--save_iter_step", "100", "--model_save_dir", "{data}/out"],
+         data="sop", in_data=True),
+    dict(name="metric_pair", target="metric learning", path=f"{R18CV}/metric_learning/train_pair.py",
+         args=["--use_gpu", "False", "--model", "ResNet50", "--train_batch_size", "8", "--test_batch_size", "4",
+               "--image_shape", "3,224,224", "--total_iter_num", "3", "--display_iter_step", "1",
+               "--test_iter_step", "100", "--save_iter_step", "100", "--model_save_dir", "{data}/out"],
+         data="sop", in_data=True),
+    dict(name="ocr_ctc", target="OCR (CTC)", path=f"{R18CV}/ocr_recognition/train.py",
+         args=["--model", "crnn_ctc", "--use_gpu", "False", "--batch_size", "4", "--total_step", "3",
+               "--log_period", "1", "--eval_period", "100", "--save_model_period", "100",
+               "--train_images", "{data}/train_images", "--train_list", "{data}/train.list",
+               "--test_images", "{data}/test_images", "--test_list", "{data}/test.list",
+               "--save_model_dir", "{data}/out"], data="ocr"),
+    dict(name="ocr_attention", target="OCR (attention)", path=f"{R18CV}/ocr_recognition/train.py",
+         args=["--model", "attention", "--use_gpu", "False", "--batch_size", "4", "--total_step", "3",
+               "--log_period", "1", "--eval_period", "100", "--save_model_period", "100",
+               "--train_images", "{data}/train_images", "--train_list", "{data}/train.list",
+               "--test_images", "{data}/test_images", "--test_list", "{data}/test.list",
+               "--save_model_dir", "{data}/out"], data="ocr"),
+    dict(name="ssd", target="detection (SSD)", path=f"{R15CV}/ssd/train.py",
+         args=["--use_gpu", "False", "--batch_size", "2", "--epoc_num", "1", "--parallel", "False",
+               "--data_dir", "{data}", "--dataset", "pascalvoc", "--pretrained_model", "",
+               "--use_multiprocess", "False", "--model_save_dir", "{data}/out"], data="voc"),
+    dict(name="yolov3", target="detection (YOLOv3)", path=f"{R15CV}/yolov3/train.py",
+         args=["--use_gpu", "False", "--batch_size", "2", "--max_iter", "3", "--snapshot_iter", "100",
+               "--data_dir", "{data}", "--input_size", "320", "--syncbn", "False", "--use_multiprocess_reader", "False",
+               "--pretrain", "", "--model_save_dir", "{data}/out"], data="coco"),
+    dict(name="faster_rcnn", target="detection (Faster R-CNN)", path=f"{R15CV}/rcnn/train.py",
+         args=["--use_gpu", "False", "--model_save_dir", "{data}/out", "--max_iter", "3", "--im_per_batch", "1",
+               "--data_dir", "{data}", "--parallel", "False", "--log_window", "1", "--MASK_ON", "False", "--max_size", "320",
+               "--pretrained_model", ""], data="coco"),
+    dict(name="mask_rcnn", target="detection (Mask R-CNN)", path=f"{R15CV}/rcnn/train.py",
+         args=["--use_gpu", "False", "--model_save_dir", "{data}/out", "--max_iter", "3", "--im_per_batch", "1",
+               "--data_dir", "{data}", "--parallel", "False", "--log_window", "1", "--MASK_ON", "True", "--max_size", "320",
+               "--pretrained_model", ""], data="coco"),
+    dict(name="ssd_f14", target="detection (SSD, Fluid 1.4)", path=f"{F14}/PaddleCV/object_detection/train.py",
+         args=["--use_gpu", "False", "--batch_size", "2", "--epoc_num", "1", "--parallel", "False",
+               "--data_dir", "{data}", "--dataset", "pascalvoc", "--pretrained_model", "",
+               "--model_save_dir", "{data}/out"], data="voc"),
+    dict(name="icnet", target="segmentation (ICNet)", path=f"{R15CV}/icnet/train.py",
+         args=["--use_gpu", "False", "--batch_size", "2", "--checkpoint_path", "{data}/out"]),
+    dict(name="deeplabv3p", target="segmentation (DeepLabv3+)", path=f"{R15CV}/deeplabv3+/train.py",
+         args=["--use_gpu", "False", "--batch_size", "2", "--train_crop_size", "129", "--total_step", "3",
+               "--dataset_path", "{data}", "--save_weights_path", "{data}/out", "--parallel", "False"]),
+    dict(name="face_pyramidbox", target="detection (face)", path=f"{R18CV}/face_detection/train.py",
+         args=["--use_gpu", "False", "--batch_size", "2", "--epoc_num", "1", "--parallel", "False",
+               "--data_dir", "{data}", "--resize_h", "160", "--resize_w", "160"]),
+    dict(name="pose_simplebase", target="pose estimation", path=f"{R18CV}/human_pose_estimation/train.py",
+         args=["--use_gpu", "False", "--batch_size", "2", "--num_epochs", "1", "--dataset", "mpii"]),
+]
+VIDEO = ["TSN", "TSM", "AttentionLSTM", "AttentionCluster", "NEXTVLAD", "STNET", "NONLOCAL", "CTCN", "BMN"]
+SCRIPTS += [dict(name="video_" + m.lower(), target="video", path=f"{R18CV}/video/train.py",
+                 args=["--model_name", m, "--config", f"configs/{m.lower()}.yaml", "--use_gpu", "False",
+                       "--batch_size", "2", "--epoch", "1", "--log_interval", "1", "--valid_interval", "100",
+                       "--save_dir", "{data}/out"]) for m in VIDEO]
+GAN = ["CGAN", "DCGAN", "CycleGAN", "Pix2pix", "StarGAN", "AttGAN", "STGAN", "SPADE"]
+SCRIPTS += [dict(name="gan_" + m.lower(), target="GAN", path=f"{R18CV}/gan/train.py",
+                 args=["--model_net", m, "--dataset", "mnist" if m in ("CGAN", "DCGAN") else "cityscapes",
+                       "--batch_size", "32" if m in ("CGAN", "DCGAN") else "1", "--epoch", "1", "--use_gpu",
+                       "False", "--run_test", "False", "--save_checkpoints", "False", "--max_iter", "4",
+                       "--output", "{data}/out", "--image_size", "64", "--crop_size", "64"],
+                 book={"mnist": {"train": 256, "test": 64}}) for m in GAN]
+R18NLP, R18REC = "r18/PaddleNLP", "r18/PaddleRec"
+SENTA = ["bilstm_net", "bow_net", "cnn_net", "gru_net", "lstm_net"]
+SCRIPTS += [dict(name="senta_" + m, target="sentiment", path=f"{R18NLP}/sentiment_classification/run_classifier.py",
+                 args=["--use_cuda", "false", "--do_train", "true", "--do_val", "false", "--do_infer", "false",
+                       "--batch_size", "8", "--data_dir", "{data}", "--vocab_path", "{data}/word_dict.txt",
+                       "--checkpoints", "{data}/out", "--save_steps", "1000", "--validation_steps", "1000",
+                       "--epoch", "1", "--senta_config_path", "./senta_config.json", "--skip_steps", "1",
+                       "--random_seed", "0", "--task_name", "senta", "--model_type", m], data="text_cls")
+            for m in SENTA]
+SCRIPTS += [
+    dict(name="emotion_detection", target="text classification", path=f"{R18NLP}/emotion_detection/run_classifier.py",
+         args=["--use_cuda", "false", "--do_train", "true", "--do_val", "false", "--do_infer", "false",
+               "--batch_size", "8", "--data_dir", "{data}", "--vocab_path", "{data}/word_dict.txt",
+               "--save_checkpoint_dir", "{data}/out", "--save_steps", "1000", "--validation_steps", "1000",
+               "--epoch", "1", "--skip_steps", "1", "--model_type", "textcnn_net"],
+         data="text_cls"),
+    *[dict(name="text_cls_" + m, target="text classification", path=f"{F14}/PaddleNLP/text_classification/train.py",
+           args=[m], book={"imdb": {"train": 256, "test": 64, "len": [5, 40]}}) for m in ("bow", "cnn", "lstm", "gru")],
+    dict(name="lac", target="LAC", path=f"{R18NLP}/lexical_analysis/train.py",
+         args=["--use_cuda", "false", "--train_data", "{data}/train.tsv", "--test_data", "{data}/test.tsv",
+               "--batch_size", "8", "--epoch", "1", "--save_steps", "1000", "--validation_steps", "1000",
+               "--print_steps", "1", "--model_save_dir", "{data}/out", "--word_emb_dim", "32",
+               "--grnn_hidden_dim", "32", "--bigru_num", "1"], data="lac"),
+    dict(name="ner", target="NER", path=f"{F14}/PaddleNLP/sequence_tagging_for_ner/train.py", args=[]),
+    dict(name="chinese_ner", target="NER", path=f"{F14}/PaddleNLP/chinese_ner/train.py",
+         args=["--device", "CPU", "--num_passes", "1", "--batch_size", "8"]),
+    dict(name="language_model", target="language model", path=f"{R18NLP}/language_model/train.py",
+         args=["--model_type", "small", "--use_gpu", "False", "--data_path", "{data}", "--max_epoch", "1",
+               "--batch_size", "4", "--log_path", "{data}/lm.log", "--save_model_dir", "{data}/out"], data="ptb"),
+    dict(name="lm_gru", target="language model", path=f"{F14}/PaddleNLP/language_model/gru/train.py", args=[]),
+    dict(name="transformer", target="transformer", path=f"{R18NLP}/machine_translation/transformer/main.py",
+         args=["--do_train", "True", "--do_predict", "False", "--use_cuda", "False", "--epoch", "1",
+               "--training_file", "{data}/train.tok.bpe", "--src_vocab_fpath", "{data}/vocab.bpe",
+               "--trg_vocab_fpath", "{data}/vocab.bpe", "--special_token", "<s>", "<e>", "<unk>",
+               "--batch_size", "256", "--n_layer", "2", "--n_head", "2", "--d_model", "32", "--d_inner_hid", "64",
+               "--d_key", "16", "--d_value", "16", "--print_step", "1", "--save_step", "1000",
+               "--save_model_path", "{data}/out", "--max_length", "32"], data="wmt"),
+    dict(name="transformer_f14", target="transformer", path=f"{F14}/PaddleNLP/neural_machine_translation/transformer/train.py",
+         args=["--src_vocab_fpath", "{data}/vocab.bpe", "--trg_vocab_fpath", "{data}/vocab.bpe",
+               "--train_file_pattern", "{data}/train.tok.bpe", "--use_token_batch", "True", "--batch_size", "256",
+               "--pool_size", "100", "--special_token", "<s>", "<e>", "<unk>", "--device", "CPU",
+               "n_layer", "2", "n_head", "2", "d_model", "32", "d_inner_hid", "64", "d_key", "16", "d_value", "16",
+               "pass_num", "1"], data="wmt"),
+    dict(name="rnn_search", target="seq2seq", path=f"{F14}/PaddleNLP/neural_machine_translation/rnn_search/train.py",
+         args=["--pass_num", "1", "--batch_size", "8", "--dict_size", "100", "--embedding_dim", "16",
+               "--encoder_size", "16", "--decoder_size", "16"], book={"wmt14": {"train": 64, "test": 16, "len": [3, 10]}}),
+    dict(name="seq2seq_attention", target="seq2seq", path=f"{R18NLP}/seq2seq/seq2seq/train.py",
+         args=["--src_lang", "en", "--tar_lang", "vi", "--attention", "True", "--num_layers", "1",
+               "--hidden_size", "16", "--src_vocab_size", "203", "--tar_vocab_size", "203", "--batch_size", "8",
+               "--dropout", "0.2", "--init_scale", "0.1", "--max_grad_norm", "5.0", "--train_data_prefix",
+               "{data}/train", "--eval_data_prefix", "{data}/tst2012", "--test_data_prefix", "{data}/tst2013",
+               "--vocab_prefix", "{data}/vocab", "--use_gpu", "False", "--max_epoch", "1",
+               "--model_path", "{data}/out"], data="wmt"),
+    dict(name="variational_seq2seq", target="seq2seq", path=f"{R18NLP}/seq2seq/variational_seq2seq/train.py",
+         args=["--vocab_size", "203", "--num_layers", "1", "--hidden_size", "16", "--batch_size", "8",
+               "--max_epoch", "1", "--use_gpu", "False", "--dataset_prefix", "{data}/ptb", "--model_path",
+               "{data}/out"], data="ptb"),
+    dict(name="dam", target="DAM", path=f"{F14}/PaddleNLP/deep_attention_matching_net/train_and_evaluate.py",
+         args=["--num_scan_data", "1", "--batch_size", "4", "--_EOS_", "1",
+               "--stack_num", "1", "--max_turn_num", "3", "--max_turn_len", "10", "--vocab_size", "300",
+               "--emb_size", "16", "--save_path", "{data}/out", "--data_path", "{data}/dam.pkl"]),
+    dict(name="simnet_bow", target="text matching", path=f"{R18NLP}/similarity_net/run_classifier.py",
+         args=["--task_name", "simnet", "--task_mode", "pairwise", "--use_cuda", "False", "--do_train", "True", "--do_valid", "False",
+               "--do_test", "False", "--do_infer", "False", "--batch_size", "8", "--epoch", "1",
+               "--config_path", "./config/bow_pairwise.json", "--vocab_path", "{data}/vocab.txt",
+               "--train_data_dir", "{data}/train.tsv", "--output_dir", "{data}/out", "--save_steps", "1000",
+               "--validation_steps", "1000", "--skip_steps", "1"], data="text_cls"),
+    dict(name="ctr_dnn", target="CTR (DNN)", path=f"{R18REC}/ctr/dnn/train.py",
+         args=["--train_files_path", "{data}/train_data", "--test_files_path", "{data}/test_data",
+               "--model_path", "{data}/out", "--batch_size", "16", "--epochs", "1", "--sparse_feature_dim", "1001",
+               "--cpu_num", "1"], data="criteo"),
+    dict(name="ctr_deepfm", target="CTR (DeepFM)", path=f"{R18REC}/ctr/deepfm/local_train.py",
+         args=["--train_data_dir", "{data}/train_data", "--test_data_dir", "{data}/test_data",
+               "--model_output_dir", "{data}/out", "--batch_size", "16", "--num_epoch", "1", "--num_thread", "1",
+               "--num_feat", "1001"], data="criteo"),
+    dict(name="ctr_dcn", target="CTR (DCN)", path=f"{R18REC}/ctr/dcn/local_train.py",
+         args=["--train_data_dir", "{data}/train_data", "--test_valid_data_dir", "{data}/test_data",
+               "--model_output_dir", "{data}/out", "--batch_size", "16", "--steps", "3", "--num_thread", "1",
+               "--print_steps", "1"], data="criteo"),
+    dict(name="ctr_xdeepfm", target="CTR (xDeepFM)", path=f"{R18REC}/ctr/xdeepfm/local_train.py",
+         args=["--train_data_dir", "{data}/train_data", "--test_data_dir", "{data}/test_data",
+               "--model_output_dir", "{data}/out", "--batch_size", "16", "--num_epoch", "1", "--num_thread", "1",
+               "--num_feat", "1001", "--print_steps", "1"], data="criteo"),
+    dict(name="ctr_wide_deep", target="CTR (wide&deep)", path=f"{R18REC}/ctr/wide_deep/train.py",
+         args=["--epochs", "1", "--batch_size", "16", "--use_gpu", "0"]),
+    dict(name="din", target="CTR (DIN)", path=f"{R18REC}/ctr/din/train.py",
+         args=["--batch_size", "8", "--epoch_num", "1", "--use_cuda", "0", "--batch_num", "3"]),
+    dict(name="gru4rec", target="GRU4Rec", path=f"{R18REC}/gru4rec/train.py",
+         args=["--train_dir", "train_data", "--vocab_path", "vocab.txt", "--batch_size", "5", "--pass_num", "1",
+               "--model_dir", "{data}/out", "--print_batch", "1", "--hid_size", "16", "--step_num", "3"]),
+    dict(name="gru4rec_neg", target="GRU4Rec", path=f"{R18REC}/gru4rec/train_sample_neg.py",
+         args=["--train_dir", "train_data", "--vocab_path", "vocab.txt", "--batch_size", "5", "--pass_num", "1",
+               "--model_dir", "{data}/out", "--print_batch", "1", "--hid_size", "16"]),
+    dict(name="tagspace", target="TagSpace", path=f"{R18REC}/tagspace/train.py",
+         args=["--train_dir", "train_data", "--batch_size", "5", "--pass_num", "1", "--model_dir", "{data}/out",
+               "--print_batch", "1"]),
+    dict(name="ssr", target="SSR", path=f"{R18REC}/ssr/train.py",
+         args=["--train_dir", "train_data", "--vocab_path", "vocab.txt", "--batch_size", "5", "--epochs", "1",
+               "--model_dir", "{data}/out", "--print_batch", "1", "--hidden_size", "16", "--embedding_dim", "16",
+               "--step_num", "3"]),
+    dict(name="multiview_simnet", target="multiview-simnet", path=f"{R18REC}/multiview_simnet/train.py",
+         args=["--epochs", "1", "--batch_size", "8", "--sparse_feature_dim", "1001", "--embedding_dim", "16",
+               "--hidden_size", "16", "--query_encode_dim", "16", "--title_encode_dim", "16",
+               "--model_output_dir", "{data}/out"]),
+    dict(name="word2vec", target="word2vec", path=f"{R18REC}/word2vec/train.py",
+         args=["--train_data_dir", "{data}/text", "--dict_path", "{data}/dict", "--batch_size", "16",
+               "--num_passes", "1", "--embedding_size", "16", "--print_batch", "1",
+               "--model_output_dir", "{data}/out"], data="word2vec"),
+    dict(name="rec_text_classification", target="text classification", path=f"{R18REC}/text_classification/train.py",
+         args=[]),
+    dict(name="ncf", target="CTR (NCF)", path=f"{R18REC}/ncf/train.py", args=["--epochs", "1", "--batch_size", "8"]),
+    dict(name="youtube_dnn", target="recall (YouTube DNN)", path=f"{R18REC}/youtube_dnn/train.py",
+         args=["--epochs", "1", "--batch_size", "8", "--use_gpu", "0"]),
+    dict(name="esmm", target="multi-task (ESMM)", path=f"{R18REC}/multi_task/esmm/train.py",
+         args=["--epochs", "1", "--batch_size", "8", "--use_gpu", "0"]),
+    dict(name="mmoe", target="multi-task (MMoE)", path=f"{R18REC}/multi_task/mmoe/mmoe_train.py",
+         args=["--epochs", "1", "--batch_size", "8", "--use_gpu", "False"]),
+    dict(name="gnn", target="session GNN", path=f"{R18REC}/gnn/train.py",
+         args=["--epoch_num", "1", "--batch_size", "8", "--use_cuda", "0"]),
+    dict(name="dqn", target="DQN-family (DQN)", path=f"{F14}/DeepQNetwork/train.py", args=["--alg", "DQN", "--use_cuda", "False"]),
+    dict(name="double_dqn", target="DQN-family (DoubleDQN)", path=f"{F14}/DeepQNetwork/train.py",
+         args=["--alg", "DoubleDQN", "--use_cuda", "False"]),
+    dict(name="dueling_dqn", target="DQN-family (DuelingDQN)", path=f"{F14}/DeepQNetwork/train.py",
+         args=["--alg", "DuelingDQN", "--use_cuda", "False"]),
+    dict(name="policy_gradient", target="RL (policy gradient)", path=f"{F14}/policy_gradient/run.py", args=[]),
+    dict(name="deepasr", target="DeepASR", path="r18/PaddleSpeech/DeepASR/train.py",
+         args=["--device", "CPU", "--batch_size", "2", "--hidden_dim", "32", "--proj_dim", "16",
+               "--stacked_num", "1", "--pass_num", "1", "--print_per_batches", "1",
+               "--checkpoints", "{data}/out", "--infer_models", "{data}/out"]),
+]
+
+
+# -- classification of a failure ------------------------------------------------------------------
+def _last_line(log: str | None) -> str:
+    try:
+        with open(log, errors="replace") as f:
+            lines = [ln.strip() for ln in f.read()[-4000:].splitlines() if ln.strip()]
+        return lines[-1][:200] if lines else ""
+    except (OSError, TypeError):
+        return ""
+
+
+def classify(r: dict) -> tuple[str, str]:
+    """(class, reason): 'ran' / 'own: ...' (the script's, the corpus's or the environment's) /
+    'data: ...' / 'fluidjax: ...' / 'script-side: ...' (an error raised in the script's code on a
+    value fluidjax gave it) / 'timeout'."""
+    err = r.get("error")
+    if not err:
+        if r.get("rc") == "timeout":
+            return "timeout", "killed without a record"
+        if r.get("exit") not in (None, 0) or r.get("rc") != 0:
+            return "exit", f"sys.exit({r.get('exit')!r}) after: {_last_line(r.get('log'))}"
+        return "ran", ""
+    t, msg = err["type"], err.get("message") or ""
+    if t == "no record":
+        return "runner: the child left no record", _last_line(r.get("log"))
+    first = msg.splitlines()[0] if msg else ""
+    ours = bool(err.get("fluidjax_line")) or "fluidjax" in msg or "paddle.fluid" in msg
+    if t == "TimedOut":
+        return "timeout", f"still running at {err.get('script_line') or err.get('innermost')}"
+    if "CUDAPlace" in msg and "gpu device" in msg:
+        return "own: needs a GPU (CUDAPlace fixed in its text)", first
+    if t in ("SyntaxError", "TabError", "IndentationError"):
+        return "own: Python 2 syntax", first
+    if t == "AttributeError" and "module 'numpy' has no attribute" in msg:
+        return "own: NumPy 2 refuses", first
+    if t in ("ModuleNotFoundError", "ImportError"):
+        m = re.search(r"No module named '([^']+)'", msg)
+        top = m.group(1).split(".")[0] if m else ""
+        if m and top not in ("paddle", "fluidjax"):
+            local = r.get("_script_dir") and os.path.exists(os.path.join(r["_script_dir"], top))
+            return ("own: Python 2 import" if local or top in ("cPickle", "Queue", "StringIO", "urllib2",
+                                                               "commands", "ConfigParser")
+                    else "own: third-party module missing"), first
+        if "cannot import name" in msg and not ours:
+            return "own: import", first
+        return "fluidjax: missing module path", first
+    if t in ("FileNotFoundError", "IOError", "OSError") or (
+            t == "AssertionError" and re.search(r"exist|not found|No such file", msg, re.I)):
+        return "data: not supplied", first
+    if re.search(r"urlopen|download|HTTPError|URLError|Name or service not known", msg + err.get("traceback", "")[-800:]):
+        return "data: download", first
+    if t == "UnicodeDecodeError" or ("bytes" in msg and "str" in msg and not ours):
+        return "own: Python 2 str/bytes", first
+    if t == "NameError" and re.search(r"'(xrange|unicode|raw_input|reduce|long|basestring|cmp|file)'", msg):
+        return "own: Python 2 builtin", first
+    call = (err.get("innermost") or "").split(": ", 1)[-1]
+    if not ours and t == "TypeError" and re.search(r"fluid|layers\.|optimizer|unique_name", call) and re.search(
+            r"unexpected keyword argument|positional argument|required positional", msg):
+        ours = True                           # a fluidjax function refused the script's arguments
+    if not ours:
+        if t == "AttributeError" and re.search(r"'(dict|dict_keys|dict_values|dict_items|map|filter|zip|range)' object", msg):
+            return "own: Python 2 semantics", first
+        return f"script-side: {t}", first
+    if t == "AttributeError" and re.search(r"module '(fluidjax|paddle)[^']*' has no attribute", msg):
+        return "fluidjax: missing name", first
+    if t == "TypeError" and "unexpected keyword argument" in msg:
+        return "fluidjax: keyword", first
+    if t == "TypeError" and re.search(r"missing \d+ required|takes \d+ positional|positional argument", msg):
+        return "fluidjax: signature", first
+    if t == "UnregisteredOpError" or "no JAX rule" in msg or "not registered" in msg:
+        return "fluidjax: op missing", first
+    if t in ("NotOfferedError", "NotImplementedError"):
+        return "fluidjax: not offered", first
+    if t in ("ShapeError", "InputTypeError"):
+        return "fluidjax: shape rule", first
+    if t in ("LoDError", "LoDTypeError"):
+        return "fluidjax: LoD", first
+    if t == "FeedError":
+        return "fluidjax: feed", first
+    return f"fluidjax: {t}", first
+
+
+# -- running --------------------------------------------------------------------------------------
+# fluid.require_version: missing in fluidjax; most PaddleNLP/PaddleRec scripts call it first and
+# sys.exit(1) when it raises. The child gives it a recorded no-op (reported per script: 'stubbed').
+STUBS = ["require_version"]
+
+
+def shim_extra() -> dict:
+    """benchmarks/corpus_shim/'s files (relative path -> text), added to the book's shim."""
+    root = os.path.join(HERE, "corpus_shim")
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                with open(path) as fh:
+                    out[os.path.relpath(path, root)] = fh.read()
+    return out
+
+
+def run_one(spec: dict, corpus: str, shim: str, python: str, timeout: float, logs: str) -> dict:
+    """Prepare the synthetic data a spec names, fill its {data} flags and run it (book_scripts)."""
+    data = os.path.join(logs, "data", spec["name"])
+    os.makedirs(data, exist_ok=True)
+    if spec.get("data"):
+        DATA[spec["data"]](data)
+    if spec.get("in_data"):
+        # relative data paths of the script resolve in the scratch folder: it links the script's
+        # folder's entries (code, configs) and the runner's synthetic files sit beside them
+        src = os.path.dirname(os.path.join(corpus, spec["path"]))
+        for entry in os.listdir(src):
+            if not os.path.exists(os.path.join(data, entry)):
+                os.symlink(os.path.join(src, entry), os.path.join(data, entry))
+        spec = dict(spec, cwd=data)
+    run = dict(spec, args=[a.replace("{data}", data) for a in spec.get("args", [])], data=spec.get("book", {}),
+               env=dict(spec.get("env", {}), CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu", BOOK_STUBS=",".join(STUBS)))
+    r = book_scripts.run_script(corpus, run, shim, python, timeout, logs)
+    r["_script_dir"] = os.path.dirname(os.path.join(corpus, spec["path"]))
+    r["class"], r["reason"] = classify(r)
+    r["target"], r["path"] = spec["target"], spec["path"]
+    return r
+
+
+def _loss(r: dict) -> str:
+    progs = [p for p in r.get("programs", []) if p["steps"]]
+    if not progs:
+        return "-"
+    p = max(progs, key=lambda p: p["steps"])
+    return f"{p['steps']} steps, {book_scripts._fmt(p['first'])} -> {book_scripts._fmt(p['last'])}"
+
+
+def _cell(s: str | None, n: int = 150) -> str:
+    s = (s or "").replace("|", "\\|").replace("\n", " ")
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def markdown(results: list) -> str:
+    """The docs table: script, target, result, steps/loss, wall, RSS, first error and where."""
+    ran = sum(r["class"] == "ran" for r in results)
+    lines = [f"{ran}/{len(results)} ran to the end.", "",
+             "| script | target | result | steps: loss first -> last | wall s | RSS MB | first error (script line; fluidjax line) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        err = r.get("error") or {}
+        where = "; ".join(x for x in (err.get("script_line"), err.get("fluidjax_line")) if x)
+        first = f"{err.get('type', '')}: {r['reason']}" if err else r["reason"]
+        if err.get("ops_built"):
+            first = f"[{err['ops_built']} ops built] " + first
+        used = [k for k, v in (r.get("stubbed") or {}).items() if v]
+        result = r["class"] + (f" (stub: {', '.join(used)})" if used else "")
+        lines.append(f"| {r['name']} | {r['target']} | {result} | {_loss(r)} | {r['wall_s']} | "
+                     f"{r.get('peak_rss_mb') or '-'} | {_cell(first)}{' — ' + _cell(where, 120) if where else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def failure_classes(results: list) -> str:
+    """Distinct failure classes with counts and one example each."""
+    groups = collections.OrderedDict()
+    for r in sorted(results, key=lambda r: r["class"]):
+        if r["class"] != "ran":
+            groups.setdefault(r["class"], []).append(r)
+    lines = []
+    for cls, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        e = rs[0].get("error") or {}
+        lines.append(f"- {cls}: {len(rs)} ({', '.join(r['name'] for r in rs)}); e.g. {rs[0]['name']}: "
+                     f"{e.get('fluidjax_line') or e.get('script_line') or ''} — {rs[0]['reason'][:200]}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["prepare"]:
+        ap = argparse.ArgumentParser(prog="fluid_corpus.py prepare", description=prepare.__doc__)
+        ap.add_argument("--git", required=True, help="a git directory of PaddlePaddle/models (bare is fine)")
+        ap.add_argument("--out", required=True)
+        ns = ap.parse_args(argv[1:])
+        prepare(ns.git, ns.out)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", default=os.environ.get("FLUID_CORPUS"),
+                    help="the prepared corpus (default $FLUID_CORPUS); see 'prepare'")
+    ap.add_argument("--only", action="append", help="run only these names (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the scripts and exit")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="scripts run at once")
+    ap.add_argument("--timeout", type=float, default=420, help="seconds per script")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--logs", default=None, help="folder for logs, records and data (default: temporary)")
+    ap.add_argument("--json", default=None, help="write every result here")
+    ap.add_argument("--markdown", default=None, help="write the results table (markdown) here")
+    ap.add_argument("--from-json", default=None,
+                    help="classify and tabulate the results saved by an earlier --json run (runs nothing)")
+    ns = ap.parse_args(argv)
+    if ns.from_json:
+        with open(ns.from_json) as f:
+            results = json.load(f)
+        for r in results:
+            r["class"], r["reason"] = classify(r)
+        if ns.markdown:
+            with open(ns.markdown, "w") as f:
+                f.write(markdown(results))
+        print(markdown(results) + "\nFailure classes:\n" + failure_classes(results))
+        return 0
+    if ns.list:
+        for s in SCRIPTS:
+            print(f"{s['name']:28s} {s['target']:28s} {s['path']}")
+        return 0
+    if not ns.corpus or not os.path.isdir(ns.corpus):
+        ap.error("no corpus: pass --corpus DIR or set FLUID_CORPUS (make one with "
+                 "'python benchmarks/fluid_corpus.py prepare --git MODELS_GIT_DIR --out DIR')")
+    specs = [s for s in SCRIPTS if not ns.only or s["name"] in ns.only]
+    unknown = set(ns.only or ()) - {s["name"] for s in SCRIPTS}
+    if unknown:
+        ap.error(f"unknown script names: {sorted(unknown)}")
+    logs = os.path.abspath(ns.logs or tempfile.mkdtemp(prefix="corpus_logs_"))
+    os.makedirs(logs, exist_ok=True)
+    shim = book_scripts.write_shim(tempfile.mkdtemp(prefix="corpus_shim_"), ns.python, shim_extra())
+    results = []
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max(1, ns.jobs)) as pool:
+            futures = [pool.submit(run_one, s, os.path.abspath(ns.corpus), shim, ns.python, ns.timeout, logs)
+                       for s in specs]
+            for fut in futures:
+                r = fut.result()
+                results.append(r)
+                print(book_scripts.describe(r) + f"\n   class: {r['class']}  {r['reason'][:200]}", flush=True)
+    finally:
+        shutil.rmtree(shim, ignore_errors=True)
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if ns.markdown:
+        with open(ns.markdown, "w") as f:
+            f.write(markdown(results))
+    print("\n" + markdown(results))
+    print("Failure classes:\n" + failure_classes(results))
+    print(f"logs in {logs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
