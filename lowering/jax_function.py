@@ -184,7 +184,10 @@ class JaxFunction:
         """The step's run-time checks (indices, bounds, NaN/Inf flags): raised at once when called
         outside a trace; inside one, by a host callback when the computation runs."""
         if isinstance(oks, jax.core.Tracer) or isinstance(values, jax.core.Tracer):
-            jax.debug.callback(self._raise_failed, oks, values)
+            # The callback sits in the branch taken only when a check failed: a passing step calls
+            # nothing on the host.
+            jax.lax.cond(jnp.all(oks), lambda o, v: None,
+                         lambda o, v: jax.debug.callback(self._raise_failed, o, v), oks, values)
         else:
             self._raise_failed(oks, values)
 
