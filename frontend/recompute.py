@@ -20,6 +20,11 @@ does (``_append_backward_ops_with_checkpoints_``), so Paddle runs the result too
    the backward ops read the renamed values. Checkpoints, parameters, fed data, ``seed`` outputs
    and values read across segments are not renamed: those are the values that stay in memory.
 
+Every random op of a segment (see :func:`draws_random_numbers`) and its copy carry the same
+``recompute_key`` number; the lowering gives the copy its forward op's key, so the recomputation
+draws the forward's numbers (noise, ``randint`` indices, ``sampling_id``, crops, sampled losses),
+not only dropout's mask, and the gradients are those of the forward pass that ran.
+
 The copies carry the attribute ``recompute_segment`` (``n``), which Paddle ignores: fluidjax's
 lowering runs each such group behind ``lax.optimization_barrier`` on its inputs and on the values
 the backward has just computed, so XLA neither merges it with the forward computation (CSE) nor

@@ -223,7 +223,7 @@ def _mlps(draw):
     return layers, noises, marks
 
 
-@settings(max_examples=12, deadline=None, derandomize=True,
+@settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(_mlps())
 def test_random_segments_give_the_gradients_of_the_plain_program(mlp):
