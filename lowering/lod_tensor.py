@@ -483,12 +483,23 @@ class LoDTensor:
             return tensor_text(self)
 
     def _repr_html_(self) -> str:
+        """The notebook view: a table of shape, dtype, device and LoD, a preview of the values,
+        and (with a valid LoD) an SVG drawing of which rows belong to which sequence."""
         from .display import tensor_html
+        from .lod_drawing import with_lod_drawing
+
+        def view():
+            page = tensor_html(self)
+            shape = self._known_shape()
+            rows = _first_dim(shape) if shape else (self._lod[-1][-1] if self._lod and self._lod[-1] else None)
+            if self._lod and rows is not None and lod_problem(self._lod, rows) is None:
+                page = with_lod_drawing(page, self._lod, rows)
+            return page
 
         if self._state_lock is None:
-            return tensor_html(self)
+            return view()
         with self._state_lock:
-            return tensor_html(self)
+            return view()
 
 
 # --------------------------------------------------------------------------------------------

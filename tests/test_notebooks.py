@@ -17,18 +17,20 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """``executed(name) -> (notebook, html)``: each notebook run once (nbclient) and exported
-    (nbconvert), shared by the tests of this module."""
+    """``executed(name) -> (notebook, html)``: each notebook run once (nbclient, through
+    ``tests/refresh_notebooks.py``), normalized as it is committed, and exported (nbconvert),
+    shared by the tests of this module."""
     from nbconvert import HTMLExporter
+
+    import refresh_notebooks
 
     done = {}
 
     def run(name):
         if name not in done:
-            nb = nbformat.read(NOTEBOOKS[[p.name for p in NOTEBOOKS].index(name)], as_version=4)
             folder = tmp_path_factory.mktemp(name.replace(".", "_"))
-            NotebookClient(nb, timeout=600, kernel_name="python3",
-                           resources={"metadata": {"path": str(folder)}}).execute()
+            path = NOTEBOOKS[[p.name for p in NOTEBOOKS].index(name)]
+            nb = refresh_notebooks.normalize(refresh_notebooks.execute(path, folder), folder)
             html, _ = HTMLExporter().from_notebook_node(nb)
             done[name] = nb, html
         return done[name]
@@ -252,3 +254,245 @@ def test_a_shape_error_in_a_notebook_names_the_cell_and_line_with_a_short_traceb
     frames = [line for line in text.splitlines() if re.match(r"^(Cell In\[|File )", line)]
     assert frames == ["Cell In[2], line 4"]
     assert "shape.py" not in text and "interactiveshell" not in text
+
+
+# -- the committed notebooks: executed, with outputs a reader understands ----------------------------
+
+def _png_title(png_b64: str) -> str | None:
+    """The PNG's ``Title`` text (fj.train's and History.plot()'s figures carry their panel titles)."""
+    import io
+
+    from PIL import Image
+
+    return Image.open(io.BytesIO(base64.b64decode(png_b64))).text.get("Title")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_committed_outputs_are_what_a_fresh_run_shows(path, executed):
+    """The outputs committed with each notebook are not stale: cell by cell the same sources and
+    kinds of output, numbers within tolerance, SVG drawings with the same nodes
+    (refresh with ``python tests/refresh_notebooks.py``)."""
+    import refresh_notebooks
+
+    committed = nbformat.read(path, as_version=4)
+    assert any(c.get("outputs") for c in committed.cells if c.cell_type == "code"), "committed without outputs"
+    assert "widgets" not in committed.metadata
+    assert not [c for c in committed.cells if "execution" in c.metadata], "volatile timestamps committed"
+    fresh, _ = executed(path.name)
+    assert refresh_notebooks.compare(committed, fresh) == []
+
+
+def test_compare_notices_stale_outputs():
+    import copy
+
+    import refresh_notebooks
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(1)", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="loss 0.5000 after 3 steps\n")])]
+    same = copy.deepcopy(nb)
+    same.cells[0].outputs[0].text = "loss 0.5010 after 3 steps\n"
+    assert refresh_notebooks.compare(nb, same) == []
+    moved = copy.deepcopy(nb)
+    moved.cells[0].outputs[0].text = "loss 0.9000 after 3 steps\n"
+    assert "number(s) differ" in refresh_notebooks.compare(nb, moved)[0]
+    other = copy.deepcopy(nb)
+    other.cells[0].outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "1"})]
+    assert "outputs" in refresh_notebooks.compare(nb, other)[0]
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"><g data-kind="op"/>{}</svg>'
+    a, b = copy.deepcopy(nb), copy.deepcopy(nb)
+    a.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"image/svg+xml": svg.format("")})]
+    b.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"image/svg+xml": svg.format('<g data-kind="op"/>')})]
+    assert "SVG" in refresh_notebooks.compare(a, b)[0]
+
+
+def test_no_notebook_cell_asserts():
+    """Readers see printed numbers and what they mean; the tests check the outputs."""
+    import ast
+
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+            asserts = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Assert)]
+            assert not asserts and "assert " not in cell.source, f"{path.name}: {cell.source[:80]!r}"
+
+
+def test_committed_notebooks_stay_small():
+    total = sum(p.stat().st_size for p in NOTEBOOKS)
+    assert total < 1_600_000, f"{total} bytes in notebooks/"
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                assert "application/vnd.jupyter.widget-view+json" not in out.get("data", {})
+                assert len(out.get("data", {}).get("image/png", "")) < 120_000, path.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_plot_shows_once_with_a_readable_title(path, executed):
+    """One image per ``plt.show()``, per ``history.plot()`` and per live ``fj.train`` curve;
+    the curves of fj.train and History.plot() are titled with what they are (no ``.tmp_``),
+    and the exported page holds every PNG."""
+    nb, html = executed(path.name)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+        lines = [line.split("#")[0].rstrip() for line in cell.source.splitlines()]
+        expected = (sum(line.count("plt.show()") for line in lines) + sum(line.endswith(".plot()") for line in lines)
+                    + sum("fj.train(" in line for line in lines))
+        assert len(images) == expected, cell.source[:120]
+        for out in images:
+            title = _png_title(out["data"]["image/png"])
+            assert title is None or (title and ".tmp_" not in title), title
+            assert out["data"]["image/png"].strip()[:200] in html.replace("\n", "")
+    if path.name == "digits.ipynb":
+        titles = [_png_title(o["data"]["image/png"]) for o in _outputs(nb) if "image/png" in o.get("data", {})]
+        assert titles.count("loss; accuracy") == 2, titles       # the live curve and history.plot()
+        assert ".tmp_" not in "".join(o.get("data", {}).get("text/plain", "") for o in _outputs(nb))
+
+
+@pytest.mark.slow
+def test_sequences_notebook_shows_the_lod_drawing_without_plotting_code(executed):
+    nb, html = executed("sequences.ipynb")
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "create_lod_tensor(words" in c.source]
+    (view,) = [o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
+    svg = ET.fromstring(re.search(r"<svg\b.*?</svg>", view, re.S).group(0))
+    assert len(_lod_rects(svg, "fj-lod-row")) == 9
+    assert [len(_lod_rects(svg, "fj-lod-seq", level)) for level in (0, 1)] == [2, 3]
+    assert "plt." not in "".join(c.source for c in nb.cells[:nb.cells.index(cell) + 2])
+    assert 'class="fj-lod"' in html
+
+
+# -- the LoD drawing in a tensor's notebook view ---------------------------------------------------------
+
+def _lod_rects(svg, cls, level=None):
+    return [r for r in svg.iter(SVG_NS + "rect") if r.get("class") == cls
+            and (level is None or r.get("data-level") == str(level))]
+
+
+def _lod_svg(tensor):
+    html = tensor._repr_html_()
+    ET.fromstring(html)       # the whole view stays well-formed
+    found = re.search(r"<svg\b.*?</svg>", html, re.S)
+    return ET.fromstring(found.group(0)) if found else None
+
+
+@pytest.mark.parametrize("lengths", [[[3, 1, 4]], [[2, 1], [3, 4, 2]], [[1, 2], [0, 2, 3]], [[2, 0, 1], [1, 1, 2]]])
+def test_lod_view_draws_a_box_per_row_and_per_sequence(lengths):
+    import numpy as np
+
+    import fluidjax as fj
+
+    rows = sum(lengths[-1])
+    t = fj.create_lod_tensor(np.arange(rows * 2, dtype="float32").reshape(rows, 2), lengths)
+    svg = _lod_svg(t)
+    assert [int(r.get("data-row")) for r in _lod_rects(svg, "fj-lod-row")] == list(range(rows))
+    # the rows each sequence spans, from the lengths alone: a level's sequence holds the rows of
+    # the sequences of the level below that it counts
+    row_bounds = list(np.cumsum([0] + lengths[-1]))
+    spans = {len(lengths) - 1: row_bounds}
+    for level in range(len(lengths) - 2, -1, -1):
+        below = spans[level + 1]
+        counts = np.cumsum([0] + lengths[level])
+        spans[level] = [below[c] for c in counts]
+    for level, lens in enumerate(lengths):
+        boxes = _lod_rects(svg, "fj-lod-seq", level)
+        assert [int(b.get("data-index")) for b in boxes] == list(range(len(lens)))
+        assert [(int(b.get("data-start")), int(b.get("data-end"))) for b in boxes] == \
+            list(zip(spans[level][:-1], spans[level][1:]))
+        assert all(float(b.get("width")) > 0 for b in boxes)
+
+
+def test_lod_view_of_a_big_tensor_stops_at_an_ellipsis_and_a_plain_tensor_has_no_drawing():
+    import numpy as np
+
+    import fluidjax as fj
+    from fluidjax.lowering.lod_drawing import MAX_ROWS
+
+    big = fj.LoDTensor(np.zeros((5000, 3), "float32"), [[0, 10, 20, 4000, 5000]])
+    svg = _lod_svg(big)
+    assert len(_lod_rects(svg, "fj-lod-row")) == MAX_ROWS
+    more = [t for t in svg.iter(SVG_NS + "text") if t.get("class") == "fj-lod-more"]
+    assert [t.text for t in more] == [f"… {5000 - MAX_ROWS} more rows"]
+    # the sequences starting in the drawn rows; the one that goes on past them is drawn dashed
+    boxes = _lod_rects(svg, "fj-lod-seq", 0)
+    assert [b.get("data-index") for b in boxes] == ["0", "1", "2"]
+    assert boxes[-1].get("stroke-dasharray") and not boxes[0].get("stroke-dasharray")
+    assert len(ET.tostring(svg)) < 20_000
+    assert _lod_svg(fj.LoDTensor(np.zeros((4, 2), "float32"))) is None
+
+
+# -- what fj.train calls the values it records -----------------------------------------------------------
+
+def test_train_names_values_by_the_users_keys_or_by_what_made_them():
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    import fluidjax as fj
+    from fluidjax import layer
+    from fluidjax.frontend.training_loop import describe_fetch
+
+    main, startup = fj.Program(), fj.Program()
+    startup.random_seed = 3
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = layer.data("x", input_size=4)
+        label = layer.data("y", dims=1, dtype="int64")
+        prob = layer.fc(x, 3, activation="softmax")
+        loss = layer.mean(layer.cross_entropy(prob, label))
+        acc = layer.accuracy(prob, label)
+        spread = layer.mean(prob)
+        test = main.clone(for_test=True)
+        fj.optimizer.SGD(0.5).minimize(loss)
+    assert describe_fetch(main, loss.name) == "loss"              # the loss the backward starts from
+    assert describe_fetch(test, loss.name) == "mean of cross_entropy"
+    assert describe_fetch(main, acc.name) == "accuracy"
+    assert describe_fetch(main, spread.name) == "mean of softmax"
+
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(60, 4)).astype("float32")
+    ys = (xs[:, :1] > 0).astype("int64")
+    reader = lambda: ({"x": xs[i:i + 20], "y": ys[i:i + 20]} for i in range(0, 60, 20))   # noqa: E731
+    scope = fj.Scope()
+    exe = fj.Executor(fj.CPUPlace())
+    exe.run(startup, scope=scope)
+    history = fj.train(exe, main, reader, [loss, acc], scope=scope, progress=False)
+    assert history.labels == {loss.name: "loss", acc.name: "accuracy"}
+    assert history["loss"] == history[loss.name] == history[loss] and len(history["loss"]) == 3
+    assert "loss=" in repr(history) and ".tmp_" not in repr(history)
+    fig = history.plot()
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "accuracy"]
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    assert Image.open(io.BytesIO(buf.getvalue())).text["Title"] == "loss; accuracy"
+
+    history = fj.train(exe, main, reader, {"cost": loss, "acc": acc}, scope=scope, progress=False,
+                       test_program=test, test_reader=reader)
+    assert set(history.steps) == {"cost", "acc"} and set(history.test) == {"cost", "acc"}
+    feed = next(reader())
+    by_hand = [float(v) for v in exe.run(test, feed=feed, fetch_list=[loss.name, acc.name], scope=scope)]
+    both = fj.evaluate(exe, test, lambda: iter([feed]), {"cost": loss, "acc": acc}, scope=scope)
+    assert np.allclose([both["cost"], both["acc"]], by_hand)
+    assert [ax.get_title() for ax in history.figure().axes] == ["cost", "acc"]
+
+
+def test_history_plot_is_not_a_pyplot_figure():
+    """``history.plot()``'s figure is shown once, as the cell's result: pyplot does not hold it
+    (a pyplot figure would be shown a second time when the cell ends)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fluidjax.frontend.training_loop import History
+
+    history = History()
+    history.steps["loss"] = [3.0, 2.0, 1.0]
+    before = plt.get_fignums()
+    fig = history.plot()
+    assert plt.get_fignums() == before and fig.axes[0].get_title() == "loss"
