@@ -293,7 +293,8 @@ def to_jax(program: Program | None = None, feed: Sequence[str | Variable] = (),
     ``outputs`` in ``fetch_list`` order, ``new_state`` every persistable variable the ops wrote
     (batch-norm statistics in training mode). ``variables = {"params": {...}, "state": {...}}``,
     copied from ``scope`` (the global scope by default): trainable parameters in ``params``, the
-    other persistable values the fetches read in ``state``.
+    other persistable values the function reads or writes in ``state`` (one it only writes, where
+    the scope holds a value).
 
     The function runs the ops the fetches need, lowered exactly as ``Executor.run`` lowers them,
     sub-blocks included. A program with optimizer ops (``minimize``) is taken without them and
@@ -350,6 +351,11 @@ def to_jax(program: Program | None = None, feed: Sequence[str | Variable] = (),
             var = lowered.global_block().var(name) if var is None else var
             value = _value_of(scope, name, plan.first_reader.get(name))
             (params if getattr(var, "trainable", False) else state)[name] = value
+        for name in plan.written_state:       # written, not read: its current value, where the scope has one
+            holder = scope.find_var(name)
+            tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
+            if name not in params and name not in state and tensor is not None and tensor._is_initialized():
+                state[name] = _value_of(scope, name, None)
     fn = JaxFunction(lowered, plan, params, state)
     return fn, {"params": params, "state": state}
 

@@ -252,7 +252,7 @@ def test_keys_reproduce_dropout_and_a_missing_key_is_a_typed_error(jit):
 
 
 # -- training with optax --------------------------------------------------------------------------
-@pytest.mark.parametrize("jit", [True], ids=["jit"])
+@JIT
 def test_twenty_optax_adam_steps_equal_twenty_executor_adam_steps(jit):
     import optax
 
