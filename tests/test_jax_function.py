@@ -251,6 +251,8 @@ def test_keys_reproduce_dropout_and_a_missing_key_is_a_typed_error(jit):
     c = np.asarray(f(variables, xs, ys, rng=jax.random.key(2))[0][0])
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
+    raw = np.asarray(f(variables, xs, ys, rng=jax.random.PRNGKey(1))[0][0])     # raw key data works too
+    np.testing.assert_array_equal(raw, np.asarray(f(variables, xs, ys, rng=jax.random.PRNGKey(1))[0][0]))
     with pytest.raises(MissingRngError, match="rng=jax.random.key"):
         f(variables, xs, ys)
 
@@ -306,6 +308,8 @@ def test_abstract_conversion_eval_shape_and_export():
     assert [str(s.shape) for s in fn.input_specs] == ["(batch, 6)", "(batch, 1)"]
     out, _ = jax.eval_shape(fn, variables, *fn.input_specs)
     assert str(out[0].shape) == "(batch, 10)" and out[1].shape in ((), (1,))
+    checked, _ = fj.to_jax(fj.default_main_program(), feed=[x, y], fetch_list=[prob, loss])
+    assert str(jax.eval_shape(checked, variables, *checked.input_specs)[0][0].shape) == "(batch, 10)"
     exported = jax.export.export(jax.jit(fn))(variables, *fn.input_specs)
     for n in (3, 5):
         xs, ys = _batch(n, inputs=6)
