@@ -280,7 +280,9 @@ def test_committed_outputs_are_what_a_fresh_run_shows(path, executed):
     assert "widgets" not in committed.metadata
     assert not [c for c in committed.cells if "execution" in c.metadata], "volatile timestamps committed"
     fresh, _ = executed(path.name)
-    assert refresh_notebooks.compare(committed, fresh) == []
+    stale = refresh_notebooks.compare(committed, fresh)
+    assert not stale, (f"{path.name}'s committed outputs are stale: refresh them with "
+                       f"`python tests/refresh_notebooks.py {path.stem}`:\n  " + "\n  ".join(stale))
 
 
 def test_compare_notices_stale_outputs():
@@ -303,7 +305,8 @@ def test_compare_notices_stale_outputs():
     svg = '<svg xmlns="http://www.w3.org/2000/svg"><g data-kind="op"/>{}</svg>'
     a, b = copy.deepcopy(nb), copy.deepcopy(nb)
     a.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"image/svg+xml": svg.format("")})]
-    b.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"image/svg+xml": svg.format('<g data-kind="op"/>')})]
+    two = svg.format('<g data-kind="op"/>')
+    b.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"image/svg+xml": two})]
     assert "SVG" in refresh_notebooks.compare(a, b)[0]
 
 
