@@ -16,7 +16,7 @@ from .ir import (FeedError, FluidJaxError, IndexOutOfRangeError, NumericCheckErr
                  UnregisteredOpError, VariableNotFoundError, append_backward, OpRuntimeError, Parameter, Program, ShapeError, SymbolicValueError,
                  UninitializedVariableError, default_main_program, default_startup_program, infer_shapes,
                  unique_name)
-from .ir.errors import (InputTypeError, LoDError, LoDTypeError, OpVersionError, ParameterMismatchError,
+from .ir.errors import (DataDependentShapeError, InputTypeError, LoDError, LoDTypeError, OpVersionError, ParameterMismatchError,
                         TensorFormatError, UnsafeFormatError)
 from .lowering import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPlace, Executor, LoDTensor, Scope,
                        TPUPlace, global_scope)
@@ -96,7 +96,7 @@ __all__ = [
     "LoopBoundError", "ReentrantRunError", "ResourceExhaustedError", "compiled_memory",
     "BoundExceededError", "to_jax", "from_jax", "to_flax",
     "UnregisteredOpError", "VariableNotFoundError", "OpVersionError", "ParameterMismatchError", "TensorFormatError",
-    "UnsafeFormatError", "InputTypeError", "LoDError", "LoDTypeError",
+    "UnsafeFormatError", "InputTypeError", "LoDError", "LoDTypeError", "DataDependentShapeError",
     "get_flags", "set_flags", "CPUPlace", "CUDAPlace", "append_backward", "Executor", "FeedError", "LoDTensor", "OpRuntimeError", "ParamAttr", "Parameter",
     "Program", "Scope", "ShapeError", "SymbolicValueError", "TPUPlace", "UninitializedVariableError", "Variable",
     "default_main_program", "default_startup_program", "global_scope", "infer_shapes", "initializer", "layer",

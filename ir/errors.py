@@ -149,3 +149,18 @@ class BoundExceededError(FluidJaxError, IndexError):
                  location: str | None = None) -> None:
         super().__init__(message)
         self.op_type, self.bound, self.location = op_type, bound, location
+
+
+class DataDependentShapeError(OpRuntimeError):
+    """An op given a value whose row count is data (``where_index``, ``masked_select``, ``unique``,
+    NMS and proposal outputs, and what row-wise ops make of them: padded to a static capacity,
+    carrying the real count) in a position where fluidjax does not honour that count: the op would
+    read the capacity or mix the padding rows into its result, so it refuses rather than return
+    them as data (``docs/ops_data_dependent.md`` lists what is honoured). ``op_type``,
+    ``location``, ``producer_type`` and ``producer_location`` name the consuming and producing ops."""
+
+    def __init__(self, message: str, op_type: str | None = None, location: str | None = None,
+                 producer_type: str | None = None, producer_location: str | None = None) -> None:
+        super().__init__(message)
+        self.op_type, self.location = op_type, location
+        self.producer_type, self.producer_location = producer_type, producer_location

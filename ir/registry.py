@@ -147,6 +147,47 @@ class OpDef:
     doc: str = ""
     # Set for `<type>_grad` ops made by the registry: the forward op type.
     forward_type: str | None = None
+    # How the op takes a *counted* value (rows padded to a static capacity, carrying their real
+    # count: where_index, masked_select, unique, NMS outputs; docs/ops_data_dependent.md): input
+    # slot -> one of COUNT_ROLES, or a callable (op, values) -> that mapping, for roles that depend
+    # on attributes or ranks. A slot it does not name refuses a counted value (DataDependentShapeError).
+    counts: Any = None
+
+
+# The roles of an input slot that takes a counted value (OpDef.counts):
+#   "rows":  the output's rows follow this input's rows one to one (elementwise ops, activations,
+#            ops along other axes): an output with its padded row count keeps its real count;
+#   "count": the JAX rule takes the counted value itself (a LoDValue) and honours the count (shape,
+#            concat along the rows, slice from the end, sort along the rows, ...);
+#   "table": rows are read by index (gather's X, an embedding table): taken as it is, its count
+#            not carried (padding rows are read only by an index past the count).
+COUNT_ROLES = ("rows", "count", "table")
+
+
+def declare_counts(types: str | Iterable[str], roles: Any) -> None:
+    """Declare how ops ``types`` take a counted value: ``roles`` maps input slots to one of
+    :data:`COUNT_ROLES` (``"*"`` for every slot), or is a callable ``(op, values) -> mapping``
+    (see :attr:`OpDef.counts`). Their ``_grad`` ops, when registered, get the same roles."""
+    if not callable(roles):
+        bad = [r for r in roles.values() if r not in COUNT_ROLES]
+        if bad:
+            raise ValueError(f"unknown count roles {bad}; expected one of {COUNT_ROLES}")
+        roles = dict(roles)
+    for t in [types] if isinstance(types, str) else types:
+        get(t).counts = roles
+        if t + "_grad" in _REGISTRY:
+            _REGISTRY[t + "_grad"].counts = roles
+
+
+def count_roles(opdef: OpDef, op, values) -> dict:
+    """The count roles (slot -> role) of ``op`` given its input ``values`` (see :func:`declare_counts`)."""
+    roles = opdef.counts
+    if roles is None:
+        return {}
+    roles = roles(op, values) if callable(roles) else roles
+    if "*" in roles:
+        return {s.name: roles["*"] for s in opdef.inputs} | {k: v for k, v in roles.items() if k != "*"}
+    return roles
 
 
 _REGISTRY: dict[str, OpDef] = {}

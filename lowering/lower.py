@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..ir import dtypes, registry, shape
-from ..ir.errors import OpRuntimeError, ProgramFormatError, ShapeError
+from ..ir.errors import DataDependentShapeError, OpRuntimeError, ProgramFormatError, ShapeError
 from ..ir.names import RECOMPUTE_SEGMENT_ATTR
 from ..ir.program import EMPTY_VAR_NAME
 from .checks import StepChecks
@@ -64,10 +64,14 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         raise OpRuntimeError(f"op {op.type!r} has no JAX rule")
     values = _values(op, env)
     lod_source = _first_lod(values)
-    counted = _counted_plain_rows(op, values) if lod_source is not None else None
-    plain_rows = None
+    counted = keep = lod_rows = None
     if lod_source is not None and op.type not in LOD_AWARE:
-        values, plain_rows = _strip_lod(op, values)
+        counted, keep = _count_rule(opdef, op, values, env)
+        lod_rows = max(v.data.shape[0] for vs in values.values() for v in vs if v.__class__ is LoDValue)
+    plain_rows = None
+    given = values
+    if lod_source is not None and op.type not in LOD_AWARE:
+        values, plain_rows = _strip_lod(op, values, keep)
     if checks is not None:                # on the padded rows of LoD ids (padding rows hold 0)
         checks.check_indices(op, values)
     ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block or lower_sub_block, env=env,
@@ -91,13 +95,14 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
     for slot, value in outs.items():
         names = op.outputs.get(slot) or []
         values = value if isinstance(value, (list, tuple)) else [value]
-        for name, v in zip(names, values):
+        for i, (name, v) in enumerate(zip(names, values)):
             if v is not None and name != EMPTY_VAR_NAME:
                 if (lod_source is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
                         and v.shape[0] >= lod_source.data.shape[0] and _declared_lod(op, name)):
                     v = LoDValue(v, lod_source.offsets)      # the output shares its input's LoD
                 elif (counted is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
-                        and v.shape[0] == counted.data.shape[0]):
+                        and v.shape[0] in (counted.data.shape[0], lod_rows)
+                        and _counted_grad_or_output(opdef, op, given, slot, i)):
                     v = LoDValue(v, counted.offsets)         # row by row: keep the real row count
                 elif (plain_rows is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
                         and v.shape[0] == plain_rows[1] and not _declared_lod(op, name)):
@@ -205,7 +210,7 @@ _ROW_ALIGNED.update({"gru_unit": frozenset({"Weight", "Bias"}), "lstm_unit": fro
                      "lstm_unit_grad": frozenset()})
 
 
-def _strip_lod(op, values: dict) -> tuple[dict, tuple[int, int] | None]:
+def _strip_lod(op, values: dict, keep: frozenset | None = None) -> tuple[dict, tuple[int, int] | None]:
     """The op's inputs with LoD values replaced by their padded rows, and, when plain inputs of a
     row-aligned op were padded to match, (their row count, the padded row count) — so a plain
     output keeps the plain input's real row count (a counted value of one sequence).
@@ -214,7 +219,8 @@ def _strip_lod(op, values: dict) -> tuple[dict, tuple[int, int] | None]:
     with the same LoD) are padded to the longest: rows past the real ones are padding in all. A
     plain input of ``sum`` / ``elementwise_*`` with the same rows as a LoD one (``fc`` of a list
     mixing a sequence and a dense value with one row per element) holds only the real rows: it
-    is zero-padded to the LoD rows.
+    is zero-padded to the LoD rows. Counted values at the positions ``keep`` (slot, index) stay
+    LoDValues: the op's rule honours their count (see :func:`_count_rule`).
     """
     lods = [v for vals in values.values() for v in vals if v.__class__ is LoDValue]
     rows = max(v.data.shape[0] for v in lods)
@@ -245,7 +251,8 @@ def _strip_lod(op, values: dict) -> tuple[dict, tuple[int, int] | None]:
                     f"op {op.type!r} at {op.location}: input {slot} is a LoD (variable-length) value, and "
                     f"{op.type!r} would mix its padding rows into the result; pool the sequences first "
                     "(layer.sequence_pool) or reduce along other dimensions")
-            out[slot] = [v.data if v.__class__ is LoDValue else v for v in vals]
+            out[slot] = [v.data if v.__class__ is LoDValue and not (keep and (slot, i) in keep) else v
+                         for i, v in enumerate(vals)]
     return out, plain_rows
 
 
@@ -257,15 +264,82 @@ def _pad_rows(value: LoDValue, rows: int) -> LoDValue:
     return LoDValue(jnp.concatenate([value.data, pad]), value.offsets)
 
 
-def _counted_plain_rows(op, values: dict) -> LoDValue | None:
-    """An input the program declares without LoD but that holds a one-sequence LoD value: plain
-    rows whose count is data (``sequence_expand`` of a plain X), padded to a static bound. Outputs
-    with its rows keep that count, so a fetch is cut to the real rows and ``mean`` counts only them."""
-    for slot, vals in values.items():
-        for name, v in zip(op.inputs.get(slot, ()), vals):
-            if v.__class__ is LoDValue and not _declared_lod(op, name):
-                return v
-    return None
+def _count_rule(opdef, op, values: dict, env) -> tuple[LoDValue | None, frozenset]:
+    """How ``op`` takes its *counted* inputs (LoDValues of variables declared without LoD: rows
+    padded to a static capacity whose real count is data; docs/ops_data_dependent.md), by its
+    registry roles (``registry.declare_counts``): returns (the counted input whose count its
+    row-wise outputs keep, or None; the (slot, index) positions whose rule takes the LoDValue).
+
+    A forward op given a counted value in a slot it declares no role for refuses it with a
+    :class:`DataDependentShapeError` naming both ops: it would read the capacity, or mix the
+    padding rows into its result. Grad ops never refuse (their forward op did or did not); one
+    without roles keeps the count on outputs of the counted input's rows, as before."""
+    found = [(slot, i, v) for slot, vals in values.items() for i, (name, v) in enumerate(zip(op.inputs.get(slot, ()), vals))
+             if v.__class__ is LoDValue and not _declared_lod(op, name)]
+    if not found:
+        return None, frozenset()
+    grad = opdef.forward_type is not None or op.type.endswith("_grad")
+    if grad and opdef.counts is None:
+        return found[0][2], frozenset()
+    roles = registry.count_roles(opdef, op, values)
+    if not grad:
+        for slot, i, v in found:
+            if roles.get(slot) not in registry.COUNT_ROLES:
+                raise _count_refusal(op, slot, op.inputs[slot][i], v, env)
+    rows = [v for slot, i, v in found if roles.get(slot) == "rows"]
+    return (rows[0] if rows else None), frozenset((slot, i) for slot, i, v in found if roles.get(slot) == "count")
+
+
+def _counted_grad_or_output(opdef, op, given: dict, slot: str, index: int) -> bool:
+    """Whether output ``slot``[``index``] of ``op`` may keep a counted input's count: any output of a
+    forward op (its rows follow the counted input's: ``_count_rule``); of a grad op only the
+    gradient ``S@GRAD`` of a counted input ``S`` (a plain input's gradient stays plain, even
+    when it has as many rows as the counted one's capacity)."""
+    if opdef.forward_type is None and not op.type.endswith("_grad"):
+        return True
+    if not slot.endswith(GRAD_SUFFIX):
+        return True
+    vals = given.get(slot[:-len(GRAD_SUFFIX)]) or ()
+    names = op.inputs.get(slot[:-len(GRAD_SUFFIX)]) or ()
+    return (index < len(vals) and vals[index].__class__ is LoDValue and index < len(names)
+            and not _declared_lod(op, names[index]))
+
+
+def _count_refusal(op, slot: str, name: str, value: LoDValue, env) -> DataDependentShapeError:
+    """The error for ``op`` given the counted value ``name`` in a slot it does not honour."""
+    producer = _count_origin(op, name, env)
+    made = (f"made by op {producer.type!r} at {producer.location}" if producer is not None
+            else "made by an op whose output size depends on the data")
+    return DataDependentShapeError(
+        f"op {op.type!r} at {op.location}: input {slot}={name!r} holds rows whose number is data ({made}; "
+        f"inside the compiled step they are padded to a capacity of {value.data.shape[0]} rows and carry "
+        f"their real count), and {op.type!r} with these attributes does not honour that count: it would "
+        "read the capacity or mix the padding rows into its result. Use an op that honours the count "
+        "(docs/ops_data_dependent.md lists them), or fetch the value and continue on the host",
+        op_type=op.type, location=str(op.location),
+        producer_type=producer.type if producer is not None else None,
+        producer_location=str(producer.location) if producer is not None else None)
+
+
+def _count_origin(op, name: str, env):
+    """The op that made the counted value ``name`` reaches ``op`` with: walking back through the
+    ops of ``op``'s block that carried its count, the first that had no counted input (None when
+    it was made outside the block)."""
+    ops = list(op.block.ops)
+    index = next((k for k, o in enumerate(ops) if o is op), len(ops))
+    origin = None
+    for _ in range(len(ops)):
+        writer = next((k for k in range(index - 1, -1, -1) if name in ops[k].output_arg_names), None)
+        if writer is None:
+            return origin
+        origin = ops[writer]
+        nxt = next((n for n in origin.input_arg_names
+                    if getattr(env, "get", lambda _: None)(n).__class__ is LoDValue and not _declared_lod(origin, n)), None)
+        if nxt is None:
+            return origin
+        name, index = nxt, writer
+    return origin
+
 
 
 def _declared_lod(op, name: str) -> bool:

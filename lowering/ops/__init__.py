@@ -16,3 +16,5 @@ from . import callback  # noqa: F401,E402  (print, py_func: Python on the host d
 # Fluid 1.x's remaining layers: detection, ROI variants, sampled losses, CTR ops
 from . import (ctr, detection_boxes, detection_labels, detection_map, detection_nms, detection_target,  # noqa: F401,E402
                roi_variants, sampled_loss)
+from ._counts import declare_families  # noqa: E402  (which ops take a counted value row by row)
+declare_families()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from ...ir.registry import Attr, op
+from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext
+from ._counts import count_of, counted, given, is_counted, real_rows, rows_of
 from ._errors import _runtime_fail
 from ._shapes import _norm_axis, dims_equal
 from ._tensor_attrs import static_ints
@@ -48,7 +50,35 @@ def concat(ctx):
     xs = ctx.inputs("X")
     axis = static_ints(ctx, "AxisTensor", what="axis")
     axis = ctx.attr("axis") if axis is None else axis[0]
+    if any(is_counted(x) for x in xs):
+        return {"Out": concat_counted_rows(xs)}
     return {"Out": jnp.concatenate(xs, axis=_norm_axis(axis, xs[0].ndim))}
+
+
+def concat_counted_rows(xs) -> "LoDValue":
+    """Rows of counted values (and arrays) joined: each input's real rows right after the previous
+    input's, the padding after all of them; the result carries the summed count."""
+    datas = [rows_of(x) for x in xs]
+    dtype = jnp.result_type(*datas)
+    out = jnp.zeros((sum(d.shape[0] for d in datas),) + tuple(datas[0].shape[1:]), dtype)
+    start = jnp.zeros((), jnp.int32)
+    for x, d in zip(xs, datas):
+        rows = jnp.where(real_rows(x), d.astype(dtype), jnp.zeros((), dtype))
+        out = lax.dynamic_update_slice(out, rows, (start,) + (jnp.zeros((), jnp.int32),) * (d.ndim - 1))
+        start = start + count_of(x)
+    return counted(out, start)
+
+
+def _concat_counts(op, values) -> dict:
+    """concat along the rows honours the inputs' counts; along another axis it is row-wise."""
+    if given(values, "AxisTensor"):
+        return {}
+    xs = values.get("X") or []
+    rank = len(getattr(xs[0], "shape", ())) if xs else 0
+    return {"X": "count" if rank and int(op.attrs.get("axis", 0)) % rank == 0 else "rows"}
+
+
+declare_counts("concat", _concat_counts)
 
 
 def split_sizes(dim: int, num: int, sections, n_out: int, fail) -> list[int]:

@@ -27,10 +27,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from ...ir import dtypes
-from ...ir.registry import Attr, op
+from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext, same_as
 from ..lod_value import LoDValue
 from ..lower import lod_aware
+from ._counts import count_of, counted, is_counted, real_rows
 from ._errors import _fail
 from ._shapes import prod
 
@@ -295,6 +296,10 @@ def cumsum(ctx):
     ``exclusive`` leaves the current element out (the first sum is 0); ``reverse`` runs from the end.
     """
     x = ctx.input("X")
+    count = None
+    if is_counted(x):              # the padding rows add nothing (they come after the real rows)
+        count, x = count_of(x), jnp.where(real_rows(x), x.data, jnp.zeros((), x.dtype))
+        count = count * (prod(x.shape[1:]) if ctx.attr("flatten") else 1)
     if ctx.attr("flatten"):
         x, axis = x.reshape(-1), 0
     elif x.ndim == 0:
@@ -310,7 +315,20 @@ def cumsum(ctx):
         out = jnp.concatenate([zeros, lax.slice_in_dim(out, 0, out.shape[axis] - 1, axis=axis)], axis=axis)
     if reverse:
         out = jnp.flip(out, axis)
-    return {"Out": out}
+    return {"Out": out if count is None else counted(out, count)}
+
+
+def _cumsum_counts(op, values) -> dict:
+    """cumsum honours a count along the rows (or flattened); along another axis it is row-wise."""
+    xs = values.get("X") or [None]
+    rank = len(getattr(xs[0], "shape", ()))
+    if not rank:
+        return {}
+    along_rows = op.attrs.get("flatten") or int(op.attrs.get("axis", -1)) % rank == 0
+    return {"X": "count" if along_rows else "rows"}
+
+
+declare_counts("cumsum", _cumsum_counts)
 
 
 @op("cumprod", inputs="X", outputs="Out", attrs={"dim": -1}, infer_shape=same_as("X"))

@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...ir.errors import OpRuntimeError
-from ...ir.registry import Attr, op
+from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext, same_as
+from ._counts import count_of, counted, given, is_counted
 from ._errors import _fail, _runtime_fail
 from ._shapes import _norm_axis, prod
 from ._tensor_attrs import static_ints
@@ -134,7 +135,33 @@ def reshape2(ctx):
             raise
         tensor_shape = list(declared)
     shape = reshape_target(x.shape, tensor_shape if tensor_shape is not None else ctx.attr("shape"), fail)
+    if is_counted(x):
+        return {"Out": reshape_counted(x, shape[1:]), "XShape": _xshape(x.data)}
     return {"Out": x.reshape(shape), "XShape": _xshape(x)}
+
+
+def reshape_counted(x, tail):
+    """A counted value's real elements (row-major, so its padding rows come last) re-cut into rows
+    of shape ``tail``: the capacity grows to whole rows, the count is the real elements' rows
+    (Paddle refuses a count that leaves a partial row; its real rows here are the whole ones)."""
+    data = x.data
+    per_in, per_out = prod(data.shape[1:]), prod(tail)
+    flat = data.reshape(-1)
+    rows = -(-flat.shape[0] // per_out) if per_out else 0
+    flat = jnp.concatenate([flat, jnp.zeros((rows * per_out - flat.shape[0],), flat.dtype)])
+    return counted(flat.reshape((rows,) + tuple(tail)), count_of(x) * per_in // max(per_out, 1))
+
+
+def _reshape_counts(op, values) -> dict:
+    """reshape honours a count when the rows stay the first dim: ``shape[0]`` is 0 (copied) or -1
+    (the real elements re-cut, see :func:`reshape_counted`), the other dims fixed."""
+    if given(values, "Shape") or given(values, "ShapeTensor"):
+        return {}
+    shape = [int(d) for d in op.attrs.get("shape") or []]
+    return {"X": "count"} if shape and shape[0] in (0, -1) and -1 not in shape[1:] else {}
+
+
+declare_counts("reshape2", _reshape_counts)
 
 
 def _reshape_shape(ctx: InferShapeContext) -> None:
@@ -154,7 +181,12 @@ def reshape(ctx):
     x = ctx.input("X")
     shape = static_ints(ctx, "Shape", "ShapeTensor", what="the target shape")
     shape = reshape_target(x.shape, shape if shape is not None else ctx.attr("shape"), lambda m: _fail(ctx, m))
+    if is_counted(x):
+        return {"Out": reshape_counted(x, shape[1:])}
     return {"Out": x.reshape(shape)}
+
+
+declare_counts("reshape", _reshape_counts)
 
 
 # -- transpose2 / transpose ------------------------------------------------------------------------
@@ -224,7 +256,18 @@ def flatten_contiguous_range(ctx):
     x = ctx.input("X")
     out = _flatten_target(x.shape, ctx.attr("start_axis"), ctx.attr("stop_axis"),
                           _runtime_fail("flatten_contiguous_range"))
+    if is_counted(x):              # start_axis 0: the rows merge with the next dims
+        return {"Out": reshape_counted(x, out[1:]), "XShape": _xshape(x.data)}
     return {"Out": x.reshape(out), "XShape": _xshape(x)}
+
+
+def _flatten_counts(op, values) -> dict:
+    xs = values.get("X") or [None]
+    rank = len(getattr(xs[0], "shape", ()))
+    return {"X": "count" if rank and int(op.attrs.get("start_axis", 1)) % rank == 0 else "rows"} if rank else {}
+
+
+declare_counts("flatten_contiguous_range", _flatten_counts)
 
 
 def _flatten_dims(shape, axis: int):
@@ -413,9 +456,17 @@ def expand(ctx):
     x = ctx.input("X")
     times = static_ints(ctx, "ExpandTimes", "expand_times_tensor", what="expand_times")
     times = [int(t) for t in (times if times is not None else ctx.attr("expand_times"))]
-    if len(times) != x.ndim:
+    if len(times) != len(x.shape):
         _fail(ctx, f"expand_times {times} needs one value per dim of X {list(x.shape)}")
+    if is_counted(x):              # the real rows repeated, back to back; then the padding
+        data, n = x.data, count_of(x)
+        rows = jnp.arange(data.shape[0] * times[0]) % jnp.maximum(n, 1)
+        return {"Out": counted(jnp.tile(data[rows], [1] + times[1:]), n * times[0])}
     return {"Out": jnp.tile(x, times)}
+
+
+declare_counts("expand", lambda op, values: {} if given(values, "ExpandTimes") or given(values, "expand_times_tensor")
+               else {"X": "count"})
 
 
 def _expand_as_target(ctx, x_shape, y_shape) -> list[int]:

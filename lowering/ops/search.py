@@ -16,9 +16,10 @@ from jax import lax
 
 from ...ir import dtypes
 from ...ir.errors import OpRuntimeError
-from ...ir.registry import Attr, op
+from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext
 from ..lod_value import LoDValue
+from ._counts import count_of, counted, given, is_counted
 from ._errors import _fail
 from ._shapes import paddle_broadcast
 from .reduce import _reduced_shape
@@ -114,8 +115,43 @@ def _top_k(x, k: int, axis: int, largest: bool):
     no_grad_inputs=["K"], no_grad_outputs=["Indices"])
 def top_k(ctx):
     """The k largest values of X along its last axis (descending) and their int64 indices."""
-    values, indices = _top_k(ctx.input("X"), _static_k(ctx), -1, True)
+    x = ctx.input("X")
+    if is_counted(x):
+        return _top_k_counted(x, _static_k(ctx), True)
+    values, indices = _top_k(x, _static_k(ctx), -1, True)
     return {"Out": values, "Indices": indices}
+
+
+def _sort_counted(x, descending: bool):
+    """The order that sorts a counted value along its rows with its padding rows last: a stable
+    sort of all rows, then the positions of real rows moved ahead, each group in its order (so the
+    real rows are in the order a sort of them alone gives)."""
+    data = x.data
+    idx = jnp.argsort(data, axis=0, stable=True, descending=descending)
+    padding = (idx >= count_of(x)).astype(jnp.int32)
+    return jnp.take_along_axis(idx, jnp.argsort(padding, axis=0, stable=True), axis=0)
+
+
+def _top_k_counted(x, k: int, largest: bool) -> dict:
+    """top_k along the rows of a counted value: the first k of its sorted real rows (fewer when it
+    has fewer: Paddle refuses k past the count, the result here holds only the real ones)."""
+    idx = _sort_counted(x, largest)[:k]
+    n = jnp.minimum(count_of(x), k)
+    return {"Out": counted(jnp.take_along_axis(x.data, idx, axis=0), n),
+            "Indices": counted(idx.astype(jnp.int64), n)}
+
+
+def _along_rows(attr: str, default: int):
+    """Sorting ops: they honour a count along the rows; along another axis they are row-wise."""
+
+    def roles(op, values):
+        xs = values.get("X") or [None]
+        rank = len(getattr(xs[0], "shape", ()))
+        if not rank or given(values, "K"):
+            return {}
+        return {"X": "count" if int(op.attrs.get(attr, default)) % rank == 0 else "rows"}
+
+    return roles
 
 
 @op("top_k_v2", inputs="X K?", outputs="Out Indices",
@@ -127,6 +163,8 @@ def top_k_v2(ctx):
     Results are always sorted (largest first, or smallest first); ties keep the lower index first.
     """
     x = ctx.input("X")
+    if is_counted(x):
+        return _top_k_counted(x, _static_k(ctx), bool(ctx.attr("largest")))
     values, indices = _top_k(x, _static_k(ctx), ctx.attr("axis"), bool(ctx.attr("largest")))
     return {"Out": values, "Indices": indices}
 
@@ -145,11 +183,19 @@ def argsort(ctx):
     """X sorted along ``axis`` (Out) and the int64 positions the sorted elements came from
     (Indices); ``descending`` sorts largest first. Ties keep their order (a stable sort)."""
     x = ctx.input("X")
+    if is_counted(x):              # along the rows: the padding rows sort last, the count is kept
+        idx, n = _sort_counted(x, bool(ctx.attr("descending"))), count_of(x)
+        return {"Out": counted(jnp.take_along_axis(x.data, idx, axis=0), n), "Indices": counted(idx.astype(jnp.int64), n)}
     if x.ndim == 0:
         return {"Out": x, "Indices": jnp.zeros((), jnp.int64)}
     axis = int(ctx.attr("axis")) % x.ndim
     idx = jnp.argsort(x, axis=axis, stable=True, descending=bool(ctx.attr("descending")))
     return {"Out": jnp.take_along_axis(x, idx, axis=axis), "Indices": idx.astype(jnp.int64)}
+
+
+declare_counts("argsort", _along_rows("axis", -1))
+declare_counts("top_k", _along_rows("k_axis_of_top_k", -1))
+declare_counts("top_k_v2", _along_rows("axis", -1))
 
 
 # -- picking by index ------------------------------------------------------------------------------
@@ -273,6 +319,10 @@ def unique(ctx):
     Out; Counts: how often each appears. Out, Indices and Counts have data-dependent lengths:
     padded to X's size (along the axis), carrying the count."""
     x = ctx.input("X")
+    in_count = None
+    if is_counted(x):              # a counted X: its padding rows (or their elements) take no part
+        per_row = int(np.prod(x.data.shape[1:]))
+        in_count, x = count_of(x), x.data
     index_dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
     axis = [int(a) % x.ndim for a in (ctx.attr("axis") or [])]
     if axis and axis[0] != 0:
@@ -284,16 +334,20 @@ def unique(ctx):
         moved = x.reshape(-1)
         rows = moved.reshape(-1, 1)
     n = rows.shape[0]
-    # Sort rows lexicographically (stable), then mark where a new distinct row starts.
-    order = jnp.lexsort(tuple(rows[:, k] for k in reversed(range(rows.shape[1])))) if rows.shape[1] else \
-        jnp.arange(n)
+    real = jnp.ones((n,), bool) if in_count is None else \
+        jnp.arange(n) < in_count * (1 if axis else per_row)
+    # Sort rows lexicographically (stable; padding last), then mark where a new distinct row starts.
+    keys = tuple(rows[:, k] for k in reversed(range(rows.shape[1])))
+    order = jnp.lexsort(keys + (~real,)) if rows.shape[1] else jnp.arange(n)
     srt = rows[order]
+    real_sorted = real[order]
     new = jnp.concatenate([jnp.ones((1,), bool), jnp.any(srt[1:] != srt[:-1], axis=1)]) if n else jnp.zeros((0,), bool)
-    group = jnp.cumsum(new) - 1                               # sorted position -> distinct rank
+    new = new & real_sorted
+    group = jnp.maximum(jnp.cumsum(new) - 1, 0)               # sorted position -> distinct rank
     count = jnp.sum(new)
     inverse_sorted = jnp.zeros((n,), jnp.int32).at[order].set(group.astype(jnp.int32))
-    first = jnp.full((n,), n, jnp.int32).at[group].min(order.astype(jnp.int32))   # rank -> first position
-    counts = jnp.zeros((n,), jnp.int32).at[group].add(1)
+    first = jnp.full((n,), n, jnp.int32).at[group].min(jnp.where(real_sorted, order, n).astype(jnp.int32))
+    counts = jnp.zeros((n,), jnp.int32).at[group].add(real_sorted.astype(jnp.int32))
     valid = jnp.arange(n) < count
     if ctx.attr("is_sorted"):
         rank_of = jnp.arange(n)                                # output slot k holds rank k
@@ -310,11 +364,16 @@ def unique(ctx):
     out = {"Out": ragged(values, count)}
     if ctx.has_output("Index"):
         out["Index"] = inverse.astype(index_dtype)
+        if in_count is not None:   # one entry per real element of X
+            out["Index"] = counted(jnp.where(real, out["Index"], 0), in_count * (1 if axis else per_row))
     if ctx.has_output("Indices"):
         out["Indices"] = ragged(first_pos.astype(index_dtype), count)
     if ctx.has_output("Counts"):
         out["Counts"] = ragged(jnp.where(valid, counts[rank_of], 0).astype(index_dtype), count)
     return out
+
+
+declare_counts("unique", {"X": "count"})
 
 
 def _similarity_focus_shape(ctx: InferShapeContext) -> None:

@@ -13,8 +13,9 @@ import numpy as np
 from jax import lax
 
 from ...ir import dtypes
-from ...ir.registry import Attr, op
+from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext, same_as
+from ._counts import count_of, counted, given, is_counted
 from ._errors import _fail, _runtime_fail
 from ._shapes import _norm_axis
 from ._tensor_attrs import static_ints
@@ -94,6 +95,10 @@ def slice_(ctx):
     ends = static_ints(ctx, "EndsTensor", "EndsTensorList", what="ends")
 
     fail = _runtime_fail("slice")
+    if is_counted(x):
+        return {"Out": _slice_counted(x, list(ctx.attr("axes")), list(ctx.attr("starts") if starts is None else starts),
+                                      list(ctx.attr("ends") if ends is None else ends), list(ctx.attr("decrease_axis")),
+                                      fail)}
 
     shape, bounds = _slice_out(x.shape, ctx.attr("axes"), ctx.attr("starts") if starts is None else starts,
                                ctx.attr("ends") if ends is None else ends, ctx.attr("decrease_axis"), fail)
@@ -101,6 +106,62 @@ def slice_(ctx):
     for a, (lo, hi) in bounds:
         index[a] = slice(lo, hi)
     return {"Out": x[tuple(index)].reshape(shape)}
+
+
+def _slice_counted(x, axes, starts, ends, decrease, fail):
+    """``slice`` of a counted value along its rows: bounds from the end count from the real row
+    count (Paddle's rule on its real rows), the result carries its own count; the other axes are
+    sliced as usual. With the rows in ``decrease_axis`` the one row is returned as a plain value."""
+    data, n = x.data, count_of(x)
+    cap = data.shape[0]
+    rows = [k for k, a in enumerate(axes) if _norm_axis(int(a), data.ndim) == 0]
+    k = rows[0]
+    lo, hi = int(starts[k]), int(ends[k])
+    start = jnp.clip(jnp.where(lo < 0, lo + n, lo), 0, n)
+    stop = jnp.clip(jnp.where(hi < 0, hi + n, hi), 0, n)
+    size = jnp.maximum(stop - start, 0).astype(jnp.int32)
+    bound = cap                    # the most rows the slice can have, whatever the count
+    if lo < 0:
+        bound = min(bound, -lo, max(hi - lo, 0) if hi < 0 else bound)
+    else:
+        bound = min(bound, max(cap - lo, 0), max(hi - lo, 0) if hi >= 0 else bound)
+    if hi >= 0:
+        bound = min(bound, hi)
+    picked = jnp.take(data, start + jnp.arange(bound), axis=0, mode="clip")
+    keep = [i for i in range(len(axes)) if i != k]
+    if keep:
+        shape, bounds = _slice_out(picked.shape, [axes[i] for i in keep], [starts[i] for i in keep],
+                                   [ends[i] for i in keep], [], fail)
+        index = [slice(None)] * picked.ndim
+        for a, (b_lo, b_hi) in bounds:
+            index[a] = slice(b_lo, b_hi)
+        picked = picked[tuple(index)]
+    dec = sorted({_norm_axis(int(a), data.ndim) for a in decrease})
+    if 0 in dec:                   # one row, dropped dim: a plain value
+        if bound != 1:
+            fail(f"decrease_axis {decrease}: the rows slice [{lo}:{hi}] of a value whose row count is data "
+                 "is not one row")
+        return picked.reshape([d for i, d in enumerate(picked.shape) if i not in dec])
+    out = counted(picked, size)
+    if dec:
+        out = type(out)(out.data.reshape([d for i, d in enumerate(picked.shape) if i not in dec]), out.offsets)
+    return out
+
+
+def _slice_counts(op, values) -> dict:
+    """slice honours a count when it slices the rows by attribute bounds; along other axes it is row-wise."""
+    xs = values.get("Input") or [None]
+    rank = len(getattr(xs[0], "shape", ()))
+    if not rank:
+        return {}
+    along_rows = any(_norm_axis(int(a), rank) == 0 for a in op.attrs.get("axes") or [])
+    if not along_rows:
+        return {"Input": "rows"}
+    tensors = any(given(values, t) for t in _SLICE_TENSORS)
+    return {} if tensors else {"Input": "count"}
+
+
+declare_counts("slice", _slice_counts)
 
 
 def strided_bounds(dim: int, start: int, end: int, stride: int) -> tuple[int, int, int]:

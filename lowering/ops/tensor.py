@@ -9,12 +9,13 @@ import numpy as np
 
 from ...ir import dtypes
 from ...ir.errors import OpRuntimeError
-from ...ir.registry import Attr, op
+from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext, same_as
 from ..checks import IndexInput, index_inputs
 from ..host_init import host_rule
 from ._errors import _fail
 from ._tensor_attrs import static_ints
+from ._counts import count_of, is_counted
 
 
 def _int_text(text: str) -> int:
@@ -161,9 +162,15 @@ def _shape_shape(ctx: InferShapeContext) -> None:
 
 @op("shape", inputs="Input", outputs="Out", infer_shape=_shape_shape, grad=None)
 def shape(ctx):
-    """The shape of Input as a 1-d int32 tensor."""
+    """The shape of Input as a 1-d int32 tensor (of a counted value: its real row count first)."""
+    x = ctx.input("Input")
+    if is_counted(x):
+        return {"Out": jnp.asarray(x.shape, jnp.int32).at[0].set(count_of(x))}
     # A NumPy array: the shape is static, and downstream shape arithmetic can fold (lower.run_op).
-    return {"Out": np.asarray(ctx.input("Input").shape, np.int32)}
+    return {"Out": np.asarray(x.shape, np.int32)}
+
+
+declare_counts("shape", {"Input": "count"})
 
 
 @op("size", inputs="Input", outputs="Out", infer_shape=lambda ctx: ctx.set_output("Out", (), "int64", 0), grad=None)
