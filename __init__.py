@@ -38,6 +38,7 @@ from .frontend import fluid as _fluid  # noqa: E402
 from .frontend import layers  # noqa: E402  (Fluid's name for fj.layer: the same module)
 from .frontend.data_layers import static_data as data  # noqa: E402  (fluid.data: the shape has the batch dim)
 from .frontend.input_layers import embedding  # noqa: E402  (fluid.embedding: lookup_table_v2, no squeeze)
+from .frontend.tensor_layers import one_hot_v2 as one_hot  # noqa: E402  (fluid.one_hot: one_hot_v2)
 from .frontend.fluid import backward, compiler, core, dygraph, executor, framework, transpiler  # noqa: E402,F401
 from .frontend.framework import in_dygraph_mode, name_scope  # noqa: E402
 from .ir.backward import gradients  # noqa: E402
@@ -70,6 +71,11 @@ for _name, _module in _fluid.SUBMODULE_PATHS.items():
     _sys.modules[f"{__name__}.{_name}"] = _module
     _parent, _, _leaf = _name.rpartition(".")
     setattr(_sys.modules[f"{__name__}.{_parent}"], _leaf, _module)
+# Every other module path of Fluid 1.8 (fluidjax.layers.nn, .layers.control_flow, .contrib.slim,
+# .transpiler.distribute_transpiler, .wrapped_decorator, ...), from one table (frontend/fluid/paths.py).
+from .frontend.fluid import paths as _fluid_paths  # noqa: E402
+
+_fluid_paths.install(_sys.modules[__name__])
 
 # Parts of Fluid fluidjax deliberately does not offer: a clear error, not an AttributeError.
 _NOT_OFFERED = {
@@ -83,9 +89,13 @@ _NOT_OFFERED = {
 
 
 def __getattr__(name: str):
-    if name in _NOT_OFFERED:
-        raise NotOfferedError(f"fluid.{name}: {_NOT_OFFERED[name]} is not offered by fluidjax, which runs "
-                              "static programs lowered to JAX (docs/fluid1.md lists what is offered)")
+    if name in _NOT_OFFERED:  # importable (a script's top-level import); using it raises NotOfferedError
+        stand_in = _fluid_paths.not_offered("", name, f"{_NOT_OFFERED[name]} is not offered by fluidjax, which "
+                                            "runs static programs lowered to JAX (docs/fluid1.md lists what is offered)")
+        globals()[name] = stand_in
+        return stand_in
+    if not name.startswith("__"):  # the rest of Fluid 1.8's paddle.fluid namespace (frontend/fluid/paths.py)
+        return _fluid_paths.root_attribute(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 _install_notebook_tracebacks()  # in Jupyter, fluidjax errors show the user's cells only
 

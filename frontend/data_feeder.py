@@ -17,7 +17,7 @@ change values (``1.5`` to an integer variable, ``300`` to ``uint8``, strings) is
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -181,7 +181,7 @@ class DataFeeder:
         """
         return [s.name for s in self._slots]
 
-    def feed(self, minibatch: Iterable[Sequence[Any]]) -> dict[str, Any]:
+    def feed(self, iterable: Iterable[Sequence[Any]]) -> dict[str, Any]:
         """The feed dict (name → array, or :class:`LoDTensor` for ``lod_level > 0``) of a
         minibatch: a list of samples, each a tuple with one field per fed variable.
 
@@ -192,7 +192,7 @@ class DataFeeder:
         slots = self._slots
         columns: list[list[Any]] = [[] for _ in slots]
         count = 0
-        for index, sample in enumerate(minibatch):
+        for index, sample in enumerate(iterable):
             if not isinstance(sample, (tuple, list)):
                 raise FeedError(f"DataFeeder: sample {index} is a {type(sample).__name__}; a sample is a tuple "
                                 f"with one field per variable of feed_list {self.feed_names}")
@@ -205,6 +205,49 @@ class DataFeeder:
         if count == 0:
             raise FeedError(f"DataFeeder: the minibatch has no samples (feed_list {self.feed_names})")
         return {slot.name: self._convert(slot, column) for slot, column in zip(slots, columns)}
+
+    def feed_parallel(self, iterable: Iterable, num_places: int | None = None) -> Iterator[dict[str, Any]]:
+        """Fluid's per-place feeding: ``iterable`` holds one minibatch per place; yields one feed
+        dict per minibatch (the list of them is what ``exe.run(feed=...)`` of a data-parallel
+        program takes). ``num_places``, when given, must be the number of minibatches.
+
+        >>> feeder = DataFeeder([layer.data("x", dims=2)])
+        >>> [d["x"].shape for d in feeder.feed_parallel([[([1, 2],)], [([3, 4],), ([5, 6],)]])]
+        [(1, 2), (2, 2)]
+        """
+        minibatches = list(iterable)
+        if num_places is not None and len(minibatches) != num_places:
+            raise FeedError(f"DataFeeder.feed_parallel: {len(minibatches)} minibatches for {num_places} places; "
+                            "give one minibatch per place")
+        for minibatch in minibatches:
+            yield self.feed(minibatch)
+
+    def decorate_reader(self, reader: Callable, multi_devices: bool, num_places: int | None = None,
+                        drop_last: bool = True) -> Callable:
+        """A reader of feed dicts from ``reader``, a reader of minibatches (Fluid's
+        ``decorate_reader``): one dict per minibatch, or with ``multi_devices`` a list of
+        ``num_places`` dicts (default: the number of JAX devices) per item, a short last group
+        dropped when ``drop_last`` (else an error, as in Fluid)."""
+
+        def single():
+            for minibatch in reader():
+                yield self.feed(minibatch)
+
+        def grouped():
+            import jax
+
+            places = num_places or len(jax.devices())
+            group = []
+            for minibatch in reader():
+                group.append(minibatch)
+                if len(group) == places:
+                    yield list(self.feed_parallel(group, places))
+                    group = []
+            if group and not drop_last:
+                raise FeedError(f"DataFeeder.decorate_reader: the reader ended with {len(group)} minibatch(es), "
+                                f"fewer than the {places} places; pass drop_last=True to drop them")
+
+        return grouped if multi_devices else single
 
     def _convert(self, slot: _Slot, column: list[Any]) -> Any:
         if slot.lod_level == 0:

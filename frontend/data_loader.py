@@ -142,10 +142,19 @@ class GeneratorLoader:
         if self._batches is None:
             raise RuntimeError("DataLoader: no data source; call set_sample_generator, set_sample_list_generator "
                                "or set_batch_generator first")
-        source = buffered(self._batches, self._capacity)()
+        counts = self._counts = [0, 0]   # batches made (by the reading thread), batches taken
+        batches = self._batches
+
+        def counted():
+            for feed in batches():
+                counts[0] += 1
+                yield feed
+
+        source = buffered(counted, self._capacity)()
         group: list = []
         try:
             for feed in source:
+                counts[1] += 1
                 group.append([feed[n] for n in self._names] if self._return_list else feed)
                 if len(group) == self._places:
                     yield group
@@ -201,6 +210,36 @@ class GeneratorLoader:
     @property
     def _program(self):
         return self._feed_list[0].block.program
+
+    @property
+    def queue(self) -> "BatchQueue":
+        """Fluid's ``queue`` of prepared batches (``size()``, ``capacity()``, ``is_closed()``)."""
+        return BatchQueue(self)
+
+
+class BatchQueue:
+    """A view of a loader's read-ahead buffer, as Fluid's ``LoDTensorBlockingQueue`` answered it:
+    ``size()`` batches are ready (made by the reading thread, not yet taken), of ``capacity()``."""
+
+    def __init__(self, loader: GeneratorLoader) -> None:
+        self._loader = loader
+
+    def size(self) -> int:
+        """Batches made and not yet taken (0 before a pass)."""
+        made, taken = getattr(self._loader, "_counts", (0, 0))
+        return max(0, min(made - taken, self._loader._capacity))
+
+    def capacity(self) -> int:
+        """How many batches the buffer holds at most."""
+        return self._loader._capacity
+
+    def is_closed(self) -> bool:
+        """Whether no pass is running (a non-iterable loader between reset() and start())."""
+        return getattr(self._loader, "_pending", None) is None
+
+    def close(self) -> None:
+        """End the pass (Fluid closed the queue): the same as the loader's ``reset()``."""
+        self._loader.reset()
 
 
 def join_feeds(feeds: Sequence[dict], what: str) -> dict:
@@ -313,3 +352,8 @@ class PyReader:
     def reset(self) -> None:
         """End the pass."""
         self._loader.reset()
+
+    @property
+    def queue(self) -> BatchQueue:
+        """Fluid's ``queue`` of prepared batches (``size()``, ``capacity()``, ``is_closed()``)."""
+        return self._loader.queue

@@ -35,8 +35,9 @@ class Initializer:
 class Constant(Initializer):
     """Fill with ``value``."""
 
-    def __init__(self, value: float = 0.0) -> None:
+    def __init__(self, value: float = 0.0, force_cpu: bool = False) -> None:
         self.value = value
+        self.force_cpu = force_cpu   # Fluid's; placement is XLA's here
 
     def __call__(self, var, block):
         out = self._out(var, block)
@@ -50,16 +51,21 @@ class Constant(Initializer):
 class Uniform(Initializer):
     """Uniform in [low, high)."""
 
-    def __init__(self, low: float = -1.0, high: float = 1.0, seed: int = 0) -> None:
+    def __init__(self, low: float = -1.0, high: float = 1.0, seed: int = 0, diag_num: int = 0, diag_step: int = 0,
+                 diag_val: float = 1.0) -> None:
         if low > high:
             raise ValueError(f"Uniform needs low <= high, got low={low}, high={high}")
         self.low, self.high, self.seed = low, high, seed
+        # Fluid's: the first diag_num elements at stride diag_step (of the flattened value) set to diag_val
+        self.diag_num, self.diag_step, self.diag_val = int(diag_num), int(diag_step), float(diag_val)
 
     def __call__(self, var, block):
         out = self._out(var, block)
-        return block.append_op("uniform_random", outputs={"Out": out}, attrs={
-            "shape": list(var.shape), "dtype": dtypes.to_enum(var.dtype), "min": float(self.low),
-            "max": float(self.high), "seed": self.seed})
+        attrs = {"shape": list(var.shape), "dtype": dtypes.to_enum(var.dtype), "min": float(self.low),
+                 "max": float(self.high), "seed": self.seed}
+        if self.diag_num:
+            attrs.update(diag_num=self.diag_num, diag_step=self.diag_step, diag_val=self.diag_val)
+        return block.append_op("uniform_random", outputs={"Out": out}, attrs=attrs)
 
 
 class Normal(Initializer):

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 # Fluid 1.x's keyword -> the seeds' keyword.
 FLUID_SPELLINGS = {"act": "activation", "size": "output_size"}
 
+# Keywords Fluid 1.x layers took that select a kernel or a placement (``fc(is_test=True)`` of Fluid
+# 1.3, ``use_mkldnn``, ``use_cudnn``, ``force_cpu``): XLA compiles the whole step, so a layer that
+# does not take one itself accepts it and it changes nothing. A layer whose result depends on it
+# (``dropout(is_test=)``, ``batch_norm(is_test=)``) takes it as its own parameter.
+FLUID_KERNEL_KEYWORDS = frozenset({"is_test", "use_mkldnn", "use_cudnn", "force_cpu"})
+
 
 def with_fluid_spellings(fn: Callable) -> Callable:
     """``fn`` also accepting Fluid's spelling of each keyword it takes in the seeds' spelling."""
@@ -30,19 +36,42 @@ def with_fluid_spellings(fn: Callable) -> Callable:
     except (TypeError, ValueError):
         return fn
     renames = {fluid: seeds for fluid, seeds in FLUID_SPELLINGS.items() if seeds in params and fluid not in params}
-    if not renames:
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    ignored = frozenset() if takes_any else frozenset(k for k in FLUID_KERNEL_KEYWORDS if k not in params)
+    if not renames and not ignored:
         return fn
+    return with_fluid_keywords(renames, ignored)(fn)
 
-    @functools.wraps(fn)
-    def layer(*args, **kwargs):
-        for fluid, seeds in renames.items():
-            if fluid in kwargs:
-                if seeds in kwargs:
-                    raise ValueError(f"{fn.__name__}: give {seeds}= or Fluid's {fluid}=, not both")
-                kwargs[seeds] = kwargs.pop(fluid)
-        return fn(*args, **kwargs)
 
-    return layer
+def with_fluid_keywords(renames: dict[str, str], ignored: frozenset = frozenset()) -> Callable[[Callable], Callable]:
+    """A decorator: the function also takes each keyword ``fluid`` of ``renames`` (Fluid 1.x's
+    name of a parameter) as its own ``renames[fluid]``; giving both is an error. Keywords in
+    ``ignored`` are accepted and dropped. The wrapper's ``__fluid_renames__`` /
+    ``__fluid_ignored__`` record both (tests compare signatures with Fluid 1.8's through them).
+
+    >>> @with_fluid_keywords({"dirname": "path_prefix"})
+    ... def save(path_prefix): return path_prefix
+    >>> save(dirname="out")
+    'out'
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for name in ignored.intersection(kwargs):
+                del kwargs[name]
+            for fluid, ours in renames.items():
+                if fluid in kwargs:
+                    if ours in kwargs:
+                        raise ValueError(f"{fn.__name__}: give {ours}= or Fluid's {fluid}=, not both")
+                    kwargs[ours] = kwargs.pop(fluid)
+            return fn(*args, **kwargs)
+
+        call.__fluid_renames__ = {**getattr(fn, "__fluid_renames__", {}), **renames}
+        call.__fluid_ignored__ = getattr(fn, "__fluid_ignored__", frozenset()) | ignored
+        return call
+
+    return decorate
 
 
 def is_activation(op_type: str) -> bool:

@@ -13,7 +13,7 @@ from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 from .math_layers import elementwise_add, elementwise_div, elementwise_mul, equal, reduce_mean, reduce_sum, scale, square
 from .nn_layers import matmul, softmax_with_cross_entropy, square_error_cost
-from .tensor_layers import cast, expand, one_hot, reshape, squeeze, transpose
+from .tensor_layers import cast, expand, one_hot, reshape, transpose
 
 __all__ = ["mse_loss", "smooth_l1", "kldiv_loss", "log_loss", "rank_loss", "margin_rank_loss", "bpr_loss",
            "teacher_student_sigmoid_loss", "sigmoid_focal_loss", "npair_loss", "dice_loss"]
@@ -117,7 +117,7 @@ def dice_loss(input: Variable, label: Variable, epsilon: float = 1e-5, name: str
     """1 - 2·|input ∩ one_hot(label)| / (|input| + |label|), averaged over the batch; ``input`` holds
     class probabilities in its last dim and ``label`` the int class ids with a trailing dim of 1."""
     depth = input.shape[-1]
-    label = squeeze(one_hot(label, depth), [-2])
+    label = one_hot(label, depth)   # Fluid's one_hot: the trailing 1 becomes [depth]
     dims = list(range(1, input.ndim))
     intersection = reduce_sum(elementwise_mul(input, label), dim=dims)
     denominator = elementwise_add(reduce_sum(input, dim=dims), reduce_sum(label, dim=dims))

@@ -68,6 +68,14 @@ def _refuse_value(var: Variable, other, symbol: str, reverse: bool = False):
         "either side.")
 
 
+def _as_left_dtype(left: Variable, right: Variable) -> Variable:
+    """``right`` cast to ``left``'s dtype where they differ: Fluid's operator rule
+    (``math_op_patch``), so ``float_var - int_var`` is a float subtraction."""
+    if left.dtype is None or right.dtype is None or left.dtype == right.dtype:
+        return right
+    return layers.cast(right, left.dtype)
+
+
 def _is_array_like(value) -> bool:
     return isinstance(value, (list, tuple)) or hasattr(value, "__array__") or hasattr(value, "__array_interface__")
 
@@ -78,7 +86,7 @@ def _binary(op_type: str, symbol: str, scalar_forward, scalar_reverse):
     @_sugar
     def forward(self: Variable, other):
         if isinstance(other, Variable):
-            return layer(self, other)
+            return layer(self, _as_left_dtype(self, other))
         if isinstance(other, numbers.Number):
             return scalar_forward(self, float(other))
         if _is_array_like(other):
@@ -113,7 +121,7 @@ def _comparison(layer_name: str, symbol: str):
     @_sugar
     def compare(self: Variable, other):
         if isinstance(other, Variable):
-            return layer(self, other)
+            return layer(self, _as_left_dtype(self, other))
         if isinstance(other, numbers.Number):
             return layer(self, _constant_like(self, other))
         if _is_array_like(other):

@@ -102,8 +102,8 @@ def dynamic_lstmp(input: Variable, size: int, proj_size: int, param_attr=None, b
 
     As :func:`dynamic_lstm`, ``input`` is [-1, 4·D] already projected and ``size`` is 4·D; each
     step's hidden state h [D] is projected to r = proj_activation(h · ProjWeight) [``proj_size``],
-    which is what recurs (Weight is [P, 4·D]). ``h_0`` [num_sequences, D] starts r as its
-    projection, ``c_0`` the cell; ``cell_clip`` / ``proj_clip`` bound c and r. Projection
+    which is what recurs (Weight is [P, 4·D]). ``h_0`` [num_sequences, P] is r's initial value
+    (Fluid 1.8's shape: the projection size), ``c_0`` [num_sequences, D] the cell; ``cell_clip`` / ``proj_clip`` bound c and r. Projection
     [-1, P] and cell [-1, D] keep the input's LoD; the cell passes no gradient (as ``lstm``'s).
     """
     if bias_attr is False:
@@ -120,7 +120,7 @@ def dynamic_lstmp(input: Variable, size: int, proj_size: int, param_attr=None, b
             raise ValueError(f"dynamic_lstmp: {arg} must be >= 0, got {value}")
     hidden_size = size // 4
     _check_sequences("dynamic_lstmp", input, size, "4 * hidden size columns, already projected")
-    _check_state("dynamic_lstmp", "h_0", h_0, hidden_size)
+    _check_state("dynamic_lstmp", "h_0", h_0, proj_size)   # Fluid 1.8: the initial projection
     _check_state("dynamic_lstmp", "c_0", c_0, hidden_size)
     helper = LayerHelper("lstmp", name)
     attr = ParamAttr.to_attr(param_attr)

@@ -27,7 +27,7 @@ from ..ir import dtypes
 from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .initializer import fill_constant_attrs
-from .layer_helper import LayerHelper
+from .layer_helper import LayerHelper, atomic_layer
 from .layer_args import activate
 
 __all__ = [
@@ -427,11 +427,26 @@ def arange(start=0, end=None, step=1, dtype=None, name: str | None = None) -> Va
 
 
 def one_hot(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
-    """One-hot float32 rows of the int ids ``input``: the result has input's shape plus [depth]
-    (op ``one_hot_v2``, as ``fluid.one_hot``; fluid 1.x's ``layers.one_hot`` replaced a trailing
-    dim of 1 instead). Ids outside [0, depth) give rows of zeros.
+    """One-hot float32 rows of the int ids ``input``, Fluid 1.x's ``layers.one_hot`` (its ``one_hot``
+    op): a trailing dim of 1 is replaced by [depth], so [-1, 1] ids give [-1, depth]. Ids whose
+    last dim is not 1 get [depth] appended (what ``fluid.one_hot``, op ``one_hot_v2``, does to any
+    ids). Ids outside [0, depth) give rows of zeros. The program holds ``squeeze2`` +
+    ``one_hot_v2``, ops Paddle 2.x runs.
 
-    >>> one_hot(label, depth=10)     # label (-1, 1) int64 -> (-1, 1, 10)
+    >>> one_hot(label, depth=10)     # label (-1, 1) int64 -> (-1, 10)
+    """
+    if input.shape and input.shape[-1] == 1:
+        input = squeeze(input, [-1])
+    return one_hot_v2(input, depth, allow_out_of_range)
+
+
+@atomic_layer
+def one_hot_v2(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
+    """One-hot float32 rows of the int ids ``input``: the result has input's shape plus [depth]
+    (op ``one_hot_v2``; Fluid 1.6+'s ``fluid.one_hot`` / ``fluid.input.one_hot``, Paddle 2's
+    ``paddle.nn.functional.one_hot``). Ids outside [0, depth) give rows of zeros.
+
+    >>> one_hot_v2(label, depth=10)  # label (-1, 1) int64 -> (-1, 1, 10)
     """
     helper = LayerHelper("one_hot_v2")
     out = helper.create_tmp("float32", stop_gradient=True)

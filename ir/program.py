@@ -78,8 +78,24 @@ def _foreign_variable(var: Variable, program: "Program", where: tuple) -> None:
     parameter, a global variable) lives in the scope by its name, so Fluid allowed it (a
     reinforcement-learning target network: ``assign`` from one program's parameter into
     another's): it is declared in ``program``'s global block, persistable, and used by name. Any
-    other is an error: its value exists only while its own program runs."""
+    other is an error: its value exists only while its own program runs — except a data variable
+    read as an input, which is fed by name: it is declared in ``program``'s global block as the
+    same data variable (Fluid scripts build a test program that reads the train program's
+    ``x``)."""
     op_type, kind, slot = where or ("?", "argument", "?")
+    if getattr(var, "is_data", False) and kind == "input" and not var.persistable:
+        block = program.global_block()
+        mine = block.vars.get(var.name)
+        if mine is None:
+            block.create_var(var.name, var.shape, var.dtype, var.lod_level, stop_gradient=var.stop_gradient,
+                             need_check_feed=var.need_check_feed, is_data=True)
+            return
+        if tuple(mine.shape) == tuple(var.shape) and mine.dtype == var.dtype and mine.lod_level == var.lod_level:
+            return
+        raise VariableNotFoundError(
+            f"op {op_type!r} input {slot!r}: data variable {var.name!r} of {var.block.program._label()} "
+            f"(shape {list(var.shape)}, {var.dtype}) is used in {program._label()}, which declares that name "
+            f"differently (shape {list(mine.shape)}, {mine.dtype}, lod_level {mine.lod_level})")
     if var.persistable:
         block = program.global_block()
         mine = block.vars.get(var.name)
@@ -499,6 +515,22 @@ class Program:
         finally:
             self._op_role = previous
 
+    @contextlib.contextmanager
+    def _optimized_guard(self, param_and_grads=None) -> Iterator[None]:
+        """Ops appended inside get ``op_role`` Optimize, as Fluid's optimizers mark their update
+        ops (Fluid 1.x's semi-private API; custom optimizers call it). ``param_and_grads`` is
+        Fluid's ``[param, grad]`` pair, accepted; fluidjax records no ``op_role_var`` from it."""
+        previous = self._op_role
+        self._op_role = OP_ROLE_OPTIMIZE
+        try:
+            yield
+        finally:
+            self._op_role = previous
+
+    def to_string(self, throw_on_error: bool = False, with_details: bool = False) -> str:
+        """Fluid's ``Program.to_string``: the program as text (``str(program)``)."""
+        return str(self)
+
     def _label(self) -> str:
         """``program #3 (the default main program)``: how error messages name a program."""
         role = (" (the default main program)" if self is _main_program else
@@ -560,6 +592,11 @@ class Program:
     def parse(cls, data: bytes) -> "Program":
         """A program from ``ProgramDesc`` bytes (ours or Paddle's ``desc.serialize_to_string()``)."""
         return _codec().program_from_bytes(data)
+
+    @staticmethod
+    def parse_from_string(binary_str: bytes) -> "Program":
+        """Fluid's name of :meth:`parse`."""
+        return Program.parse(binary_str)
 
     def clone(self, for_test: bool = False) -> "Program":
         """A deep copy. ``for_test=True`` drops backward and optimizer ops and sets ``is_test``."""

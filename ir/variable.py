@@ -31,6 +31,23 @@ def _checked_shape(var: "Variable", shape) -> tuple[int, ...]:
     return shape
 
 
+# Ops whose result is a truth value: bool() of such a Variable is refused (see Variable.__bool__).
+_PREDICATE_OPS = frozenset({
+    "less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal", "equal_all",
+    "logical_and", "logical_or", "logical_not", "logical_xor", "isfinite", "isfinite_v2", "isinf_v2",
+    "isnan_v2", "is_empty", "allclose", "isclose", "reduce_all", "reduce_any"})
+
+
+def _producer_type(var: "Variable") -> str | None:
+    """The type of the last op of ``var``'s block that writes ``var`` (None if none does)."""
+    block = var.__dict__.get("block")
+    for op in reversed(getattr(block, "ops", ()) or ()):
+        for names in op.outputs.values():
+            if var.name in names:
+                return op.type
+    return None
+
+
 class Variable:
     """A variable of a :class:`~fluidjax.ir.program.Block` (Paddle's ``VarDesc``).
 
@@ -108,8 +125,16 @@ class Variable:
         _no_value(self, "np.asarray()")
 
     def __bool__(self):
+        """True, as in Fluid: ``if attn_bias:`` / ``if init_hidden and init_cell:`` ask whether a
+        Variable was given. A Variable a comparison or logical op produced (``if x > 0:``) is a
+        :class:`SymbolicValueError`: branching on its value while the program is built is surely a
+        mistake."""
+        producer = _producer_type(self)
+        if producer is None or producer not in _PREDICATE_OPS:
+            return True
         raise SymbolicValueError(
-            f"bool() of Variable {self.name!r} (a Python `if`, `while`, `and`/`or`/`not` on it): a Variable is "
+            f"bool() of Variable {self.name!r}, the result of {producer!r} (a Python `if`, `while`, `and`/`or`/"
+            "`not` on it): a Variable is "
             "symbolic and holds no value while the program is built, so Python cannot branch on it. Branch "
             "inside the program with fluid.layers.cond(pred, true_fn, false_fn) (or layers.Switch / "
             "layers.IfElse), loop with layers.While; or run the program with an Executor and branch on the "

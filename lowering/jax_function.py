@@ -344,13 +344,14 @@ def to_jax(program: Program | None = None, feed: Sequence[str | Variable] = (),
         raise NotConvertibleError(f"to_jax: {len(refused)} op(s) of the program cannot be part of a pure JAX "
                                   "function:\n" + "\n".join(refused))
     original = program.global_block()
+    learnable = _learnable_reads(plan)
     params, state = {}, {}
     with state_lock(scope):
         for name in plan.mutable_state + plan.const_state:
             var = original.find_var(name)
             var = lowered.global_block().var(name) if var is None else var
             value = _value_of(scope, name, plan.first_reader.get(name))
-            (params if getattr(var, "trainable", False) else state)[name] = value
+            (params if _is_param(var, name, value, plan, learnable) else state)[name] = value
         for name in plan.written_state:       # written, not read: its current value, where the scope has one
             holder = scope.find_var(name)
             tensor = holder.get(LoDTensor) if holder is not None and holder.holds(LoDTensor) else None
@@ -358,6 +359,31 @@ def to_jax(program: Program | None = None, feed: Sequence[str | Variable] = (),
                 state[name] = _value_of(scope, name, None)
     fn = JaxFunction(lowered, plan, params, state)
     return fn, {"params": params, "state": state}
+
+
+def _learnable_reads(plan) -> dict[str, bool]:
+    """Per variable the ops of ``plan`` read: whether every read is through an input slot that has a
+    gradient (the op has one and the slot is not among its ``no_grad_inputs``)."""
+    reads: dict[str, bool] = {}
+    for op in ops_with_sub_blocks(plan.ops):
+        opdef = registry.get(op.type)
+        for slot, names in op.inputs.items():
+            ok = opdef.grad is not None and slot not in opdef.no_grad_inputs
+            for name in names:
+                reads[name] = reads.get(name, True) and ok
+    return reads
+
+
+def _is_param(var, name: str, value, plan, learnable: dict[str, bool]) -> bool:
+    """A trainable parameter: a :class:`Parameter` says so itself (``trainable``). A plain persistable
+    variable (what Paddle's inference files hold: ``save_inference_model`` keeps no parameter flags)
+    is one when it is a float the ops only read, each time through a slot that has a gradient
+    (weights, biases, a batch norm's scale) -- not a running statistic (a ``no_grad`` slot, or
+    written by the ops) nor a table of indices."""
+    trainable = getattr(var, "trainable", None)
+    if trainable is not None:
+        return bool(trainable)
+    return (dtypes.is_float(value.dtype) and name not in plan.written_state and learnable.get(name, False))
 
 
 def _name(item, what: str) -> str:

@@ -99,7 +99,7 @@ def test_indexing_conversion_and_fill_layers_match_paddle():
         layer.pad(x, [0, 0, 1, 2], pad_value=-1.0),
     ]
     assert outs[5].dtype == "int32" and outs[5].stop_gradient and outs[8].shape == (2,)
-    assert outs[9].shape == (-1, 1, 4) and outs[10].shape == (-1, 2) and outs[11].shape == (2, -1)
+    assert outs[9].shape == (-1, 4) and outs[10].shape == (-1, 2) and outs[11].shape == (2, -1)
     feed = {"x": RNG.uniform(-3, 3, (4, 3)).astype("float32"), "idx": np.array([4, 0, 0, 2], "int64"),
             "nd": np.array([[0, 1], [4, 2]], "int32"), "table": RNG.uniform(-1, 1, (5, 3)).astype("float32"),
             "rows": np.array([3, 1], "int64"), "cols": np.array([2, 0], "int64"), "upd": RNG.uniform(-1, 1, (2, 3)).astype("float32"),

@@ -155,6 +155,7 @@ def test_building_is_lazy_for_huge_parameters():
 
 def test_symbolic_variables_have_no_value():
     x, y, l, cost = build_seed()
-    for attempt in (lambda: np.asarray(y), lambda: bool(y), lambda: y.numpy(), lambda: float(cost)):
+    assert bool(y)   # a Variable is truthy, as in Fluid ("was it given"); a comparison's result is not
+    for attempt in (lambda: np.asarray(y), lambda: bool(y > 0.5), lambda: y.numpy(), lambda: float(cost)):
         with pytest.raises(fj.SymbolicValueError, match="Executor"):
             attempt()

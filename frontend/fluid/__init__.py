@@ -8,6 +8,10 @@ the path names it; the modules of this package exist only for Fluid's other path
 logic: they re-export the real objects (``core``, ``executor``, ``framework``, ``backward``,
 ``compiler``) or refuse what fluidjax deliberately does not offer (``dygraph``, ``transpiler``),
 with a :class:`~fluidjax.ir.errors.NotOfferedError` that says so.
+
+Every other module path of Fluid 1.8 (``fluidjax.layers.nn``, ``.contrib.slim``, ...) and the names
+these modules lack are made from one table by :mod:`.paths` (``fluid18_names.py``: Fluid 1.8's
+module paths and their public names).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""``fluid.contrib``: of Fluid 1.x's contributed modules, ``mixed_precision`` is offered
-(``fluid.contrib.mixed_precision.decorate``, :mod:`fluidjax.frontend.amp`); any other name raises
-:class:`~fluidjax.ir.errors.NotOfferedError`."""
+"""``fluid.contrib``: of Fluid 1.x's contributed modules, ``mixed_precision``
+(``fluid.contrib.mixed_precision.decorate``, :mod:`fluidjax.frontend.amp`) and ``memory_usage``
+are offered; Fluid 1.8's other names (slim, quantization, the contrib layers and decoder, ...) are
+importable stand-ins that raise :class:`~fluidjax.ir.errors.NotOfferedError` when used
+(``frontend/fluid/paths.py``)."""
 
-from ...ir.errors import NotOfferedError
+from ..fluid_helpers import memory_usage  # noqa: F401
 from . import mixed_precision  # noqa: F401
 
-REASON = ("of fluid.contrib, fluidjax offers mixed_precision (fluid.contrib.mixed_precision.decorate; "
-          "fluidjax.amp); the other contributed modules (slim, quantization, the contrib layers, ...) "
-          "are not offered")
-
-
-def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise NotOfferedError(f"fluid.contrib.{name}: {REASON}")
+__all__ = ["memory_usage", "mixed_precision"]

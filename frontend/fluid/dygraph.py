@@ -1,14 +1,10 @@
-"""``fluid.dygraph``: not offered. fluidjax runs static programs; every name here raises
-:class:`~fluidjax.ir.errors.NotOfferedError` saying so."""
+"""``fluid.dygraph``: not offered. fluidjax runs static programs. The names a static script reads
+here work (``enabled()`` is ``False``; ``no_grad`` changes nothing in a static program, as in
+Fluid); Fluid 1.8's other dygraph names (``Layer``, ``Linear``, ``guard``, ``to_variable``, ...)
+are importable stand-ins that raise :class:`~fluidjax.ir.errors.NotOfferedError` when used
+(``frontend/fluid/paths.py``)."""
 
-from ...ir.errors import NotOfferedError
+from ..fluid_helpers import no_grad  # noqa: F401
+from ..framework import in_dygraph_mode as enabled  # noqa: F401
 
-REASON = ("fluidjax runs Fluid's static graph (programs lowered to jax.jit); dygraph (eager mode) is "
-          "not offered. Build the model with fluid.layers inside a Program, or use JAX directly for "
-          "eager code")
-
-
-def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise NotOfferedError(f"fluid.dygraph.{name}: {REASON}")
+__all__ = ["enabled", "no_grad"]

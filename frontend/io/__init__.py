@@ -18,10 +18,15 @@ from .checks import FEED_FETCH_OPS, SUPPORTED_OP_VERSIONS, check_program, names_
 from .saved import (PROGRAM_VERSION, export, feed_target_names, fetch_target_names, load_inference_model,
                     load_params, load_persistables, load_vars, persistable_vars, read_program, resolve_model_paths,
                     save_inference_model, save_params, save_persistables, save_program_files, save_vars)
+from .variables import (get_parameter_value, get_parameter_value_by_name, get_program_parameter,
+                        get_program_persistable_vars, is_belong_to_optimizer, is_parameter, is_persistable)
 
 __all__ = ["save_inference_model", "load_inference_model", "save_persistables", "load_persistables",
            "save_params", "load_params", "save_vars", "load_vars", "export", "feed_target_names",
            "fetch_target_names", "check_program", "resolve_model_paths", "persistable_vars", "read_program",
            "save_program_files", "names_of", "SUPPORTED_OP_VERSIONS", "PROGRAM_VERSION", "FEED_FETCH_OPS",
            # Fluid 1.x's fluid.io also holds the loaders and the reader decorators
-           "DataLoader", "PyReader", "batch", "buffered", "chain", "compose", "firstn", "map_readers", "shuffle"]
+           "DataLoader", "PyReader", "batch", "buffered", "chain", "compose", "firstn", "map_readers", "shuffle",
+           # Fluid 1.x's predicates and accessors of a program's variables
+           "is_parameter", "is_persistable", "is_belong_to_optimizer", "get_program_parameter",
+           "get_program_persistable_vars", "get_parameter_value", "get_parameter_value_by_name"]

@@ -31,13 +31,15 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from ...ir import dtypes, registry
-from ...ir.errors import FeedError, ProgramFormatError, TensorFormatError, UninitializedVariableError
+from ...ir.errors import (FeedError, NotOfferedError, ProgramFormatError, TensorFormatError,
+                          UninitializedVariableError)
 from ...ir.program import Program, default_main_program
 from ...ir.serialize import program_from_proto, program_to_proto
 from ...ir.variable import Variable
 from ...lowering.lod_tensor import LoDTensor
 from ...lowering.scope import Scope, global_scope, state_lock
 from ...proto import framework_pb2 as pb
+from ..layer_args import with_fluid_keywords
 from ..passes import optimize_inference
 from .atomic import AtomicFiles, ManifestCheck, read_verified
 from .checks import SUPPORTED_OP_VERSIONS, check_program, names_of, ops_needed
@@ -385,6 +387,7 @@ def inference_program_desc(program: Program, feed_names: Sequence[str], fetch_na
     return desc
 
 
+@with_fluid_keywords({"dirname": "path_prefix", "feeded_var_names": "feed_vars", "target_vars": "fetch_vars"})
 def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, main_program: Program | None = None,
                          model_filename: str | None = None, params_filename: str | None = None,
                          export_for_deployment: bool = True, program_only: bool = False, *,
@@ -523,8 +526,9 @@ def resolve_model_paths(path_prefix: str, model_filename: str | None = None,
     return model, dirname, base
 
 
+@with_fluid_keywords({"dirname": "path_prefix"})
 def load_inference_model(path_prefix: str, executor=None, model_filename: str | None = None,
-                         params_filename: str | None = None, scope: Scope | None = None,
+                         params_filename: str | None = None, pserver_endpoints=None, scope: Scope | None = None,
                          optimize: bool = False) -> list:
     """Load a saved inference model: ``[program, feed_target_names, fetch_targets]``.
 
@@ -543,6 +547,9 @@ def load_inference_model(path_prefix: str, executor=None, model_filename: str | 
     >>> # prob, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches)
     """
     del executor
+    if pserver_endpoints:
+        raise NotOfferedError("load_inference_model(pserver_endpoints=...): distributed lookup tables on parameter "
+                              "servers are not offered; load the model without pserver_endpoints")
     scope = global_scope() if scope is None else scope
     model, dirname, params = resolve_model_paths(path_prefix, model_filename, params_filename)
 

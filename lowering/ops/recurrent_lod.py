@@ -378,7 +378,7 @@ def _lstmp_shape(ctx: InferShapeContext) -> None:
     width = 7 * size if ctx.attr("use_peepholes") else 4 * size
     ctx.check(b.ndim == 2 and dims_equal(b.shape[0], 1) and dims_equal(b.shape[1], width),
               f"Bias must be [1, {width}] with use_peepholes={bool(ctx.attr('use_peepholes'))}, got shape {b.shape}")
-    _check_init_state(ctx, "H0", size)
+    _check_init_state(ctx, "H0", proj)   # Fluid 1.8: the initial projection r_0, [num_seqs, P]
     _check_init_state(ctx, "C0", size)
     for attr in ("gate_activation", "cell_activation", "candidate_activation", "proj_activation"):
         _check_activation(ctx, attr)
@@ -399,8 +399,8 @@ def lstmp(ctx):
     projected), Fluid 1.x's ``lstmp``: the ``lstm`` step (same gate columns and peepholes) with
     r_{t-1} [P] in place of h_{t-1}: (c̃, i, f, o) = Input row + r_{t-1}·Weight [P, 4D] + Bias,
     h_t = o·act_cell(c_t) (c_t clipped by ``cell_clip`` > 0), r_t = proj_act(h_t·ProjWeight [D, P])
-    (clipped by ``proj_clip`` > 0). H0 [num_seqs, D] starts r as proj_act(H0·ProjWeight), C0 the
-    cell (zeros when absent). Projection [T, P] and Cell [T, D] keep Input's LoD; as ``lstm``'s,
+    (clipped by ``proj_clip`` > 0). H0 [num_seqs, P] is r's initial value, as Fluid 1.8's
+    ``dynamic_lstmp`` gives it (its ``h_0`` has the projection size), C0 the cell (zeros when absent). Projection [T, P] and Cell [T, D] keep Input's LoD; as ``lstm``'s,
     only Projection's gradient flows.
     """
     x = _sequences(ctx)
@@ -414,9 +414,7 @@ def lstmp(ctx):
     cell = _Cell("lstmp", bool(ctx.attr("is_reverse")), ctx.attr("gate_activation"), ctx.attr("cell_activation"),
                  ctx.attr("candidate_activation"), proj_act=ctx.attr("proj_activation"),
                  cell_clip=float(ctx.attr("cell_clip")), proj_clip=float(ctx.attr("proj_clip")))
-    h0 = ctx.input("H0")
-    r0 = cell.project(_initial(ctx, "H0", count, size, x.dtype), pw) if h0 is not None \
-        else jnp.zeros((count, pw.shape[1]), x.dtype)
+    r0 = _initial(ctx, "H0", count, pw.shape[1], x.dtype)
     init = (r0, _initial(ctx, "C0", count, size, x.dtype))
     (proj, c), _ = _recurrence(cell, x.data + bias[:4 * size], w, peep + (pw,), init, offsets)
     return {"Projection": LoDValue(proj, x.offsets), "Cell": LoDValue(c, x.offsets)}

@@ -7,7 +7,7 @@ rows' gradients against finite differences.
     c_t = f c_{t-1} + i act_cand(c~)                             (clipped to cell_clip when > 0)
     o = act_gate(o + w_oc c_t),  h_t = o act_cell(c_t)
     r_t = act_proj(h_t P)                                        (clipped to proj_clip when > 0)
-    r_0 = act_proj(H0 P) (likewise clipped), c_0 = C0; zeros without them
+    r_0 = H0 ([num_seqs, P]: Fluid 1.8's h_0 has the projection size), c_0 = C0; zeros without them
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _lstmp_ref(lengths):
         proj_out, cell_out = np.zeros((x.shape[0], p)), np.zeros((x.shape[0], d))
         start = 0
         for s, n in enumerate(lengths):
-            r = clip(proj_act(inputs["H0"][s] @ pw), a["proj_clip"]) if "H0" in inputs else np.zeros(p)
+            r = np.asarray(inputs["H0"][s], np.float64) if "H0" in inputs else np.zeros(p)
             c = np.asarray(inputs["C0"][s], np.float64) if "C0" in inputs else np.zeros(d)
             steps = range(start + n - 1, start - 1, -1) if a["is_reverse"] else range(start, start + n)
             for row in steps:
@@ -63,7 +63,7 @@ def _inputs(d, p, rows, seqs=None, peep=True, dtype="float64", init=False):
     out = {"Input": rand(rows, 4 * d, dtype=dtype), "Weight": rand(p, 4 * d, dtype=dtype) * 0.5,
            "ProjWeight": rand(d, p, dtype=dtype), "Bias": rand(1, (7 if peep else 4) * d, dtype=dtype) * 0.5}
     if init:
-        out["H0"], out["C0"] = rand(seqs, d, dtype=dtype), rand(seqs, d, dtype=dtype)
+        out["H0"], out["C0"] = rand(seqs, p, dtype=dtype), rand(seqs, d, dtype=dtype)
     return out
 
 
