@@ -370,6 +370,30 @@ def test_sequences_notebook_shows_the_lod_drawing_without_plotting_code(executed
     assert 'class="fj-lod"' in html
 
 
+@pytest.mark.slow
+def test_jax_interop_notebook_fine_tunes_in_jax_and_paddle_agrees(executed):
+    """notebooks/jax_interop.ipynb (docs/jax.md): a Paddle-saved ResNet, fj.to_jax, optax on the head,
+    vmap, orbax, fj.from_jax, and Paddle running the saved result. Paddle inside the notebook is the
+    oracle; its printed agreement is checked here."""
+    nb, _ = executed("jax_interop.ipynb")
+    text = "".join(o.get("text", "") for o in _outputs(nb) if o.get("output_type") == "stream")
+
+    def number(pattern):
+        return float(re.search(pattern, text).group(1))
+
+    assert number(r"max \|fn - Executor\.run\| = ([-0-9.e]+)") == 0.0          # one lowering
+    assert number(r"max \|fn - Paddle\| += ([-0-9.e]+)") < 1e-5
+    before, after = number(r"before fine-tuning: test accuracy ([0-9.]+)"), number(r"after 60 steps: +test accuracy ([0-9.]+)")
+    assert before < 0.5 and after > 0.8
+    assert re.search(r"'head\.w_0': \(8, 64, 4\)", text), "one gradient of the head per example"
+    assert number(r"mean of per-example gradients - batch gradient\| = ([-0-9.e]+)") < 1e-5
+    assert "identical to the trained ones: True" in text
+    same = re.search(r"same predicted class as JAX for (\d+) of (\d+) images", text)
+    assert same.group(1) == same.group(2)
+    assert number(r"Paddle's test accuracy: ([0-9.]+)") == after
+    assert number(r"max \|Paddle - JAX\| over \d+ probabilities: ([-0-9.e]+)") < 1e-5
+
+
 # -- the LoD drawing in a tensor's notebook view ---------------------------------------------------------
 
 def _lod_rects(svg, cls, level=None):
