@@ -64,9 +64,9 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         raise OpRuntimeError(f"op {op.type!r} has no JAX rule")
     values = _values(op, env)
     lod_source = _first_lod(values)
-    counted = keep = lod_rows = None
+    counted = keep = lod_rows = tables = None
     if lod_source is not None and op.type not in LOD_AWARE:
-        counted, keep = _count_rule(opdef, op, values, env)
+        counted, keep, tables = _count_rule(opdef, op, values, env)
         lod_rows = max(v.data.shape[0] for vs in values.values() for v in vs if v.__class__ is LoDValue)
     plain_rows = None
     given = values
@@ -74,6 +74,8 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         values, plain_rows = _strip_lod(op, values, keep)
     if checks is not None:                # on the padded rows of LoD ids (padding rows hold 0)
         checks.check_indices(op, values)
+        if tables and checks.index:
+            _check_table_reads(op, given, values, tables, checks, env)
     ctx = ComputeContext(opdef, op, values, op.attrs, rng, lower_block=lower_block or lower_sub_block, env=env,
                          checks=checks)
     if lod_source is not None and op.type in ROW_STATISTICS:
@@ -277,17 +279,49 @@ def _count_rule(opdef, op, values: dict, env) -> tuple[LoDValue | None, frozense
     found = [(slot, i, v) for slot, vals in values.items() for i, (name, v) in enumerate(zip(op.inputs.get(slot, ()), vals))
              if v.__class__ is LoDValue and not _declared_lod(op, name)]
     if not found:
-        return None, frozenset()
+        return None, frozenset(), ()
     grad = opdef.forward_type is not None or op.type.endswith("_grad")
     if grad and opdef.counts is None:
-        return found[0][2], frozenset()
+        return found[0][2], frozenset(), ()
     roles = registry.count_roles(opdef, op, values)
     if not grad:
         for slot, i, v in found:
             if roles.get(slot) not in registry.COUNT_ROLES:
                 raise _count_refusal(op, slot, op.inputs[slot][i], v, env)
     rows = [v for slot, i, v in found if roles.get(slot) == "rows"]
-    return (rows[0] if rows else None), frozenset((slot, i) for slot, i, v in found if roles.get(slot) == "count")
+    tables = tuple((slot, i, v) for slot, i, v in found if roles.get(slot) == "table" and not grad)
+    return ((rows[0] if rows else None), frozenset((slot, i) for slot, i, v in found if roles.get(slot) == "count"),
+            tables)
+
+
+def _check_table_reads(op, given: dict, values: dict, tables, checks: StepChecks, env) -> None:
+    """A counted value read as a table (gather's X): inside the step, its index inputs whose range
+    is the table's padded rows (``checks.index_inputs``) must stay below its real count — a read
+    past it would return a padding row as data. A failed check is a ``BoundExceededError`` naming
+    both ops; the run is not applied."""
+    from .checks import specs_of
+    for slot, i, table in tables:
+        rows = table.data.shape[0]
+        name = op.inputs[slot][i]
+        for spec in specs_of(op, lambda s: getattr((values.get(s) or [None])[0], "shape", None)):
+            index = (given.get(spec.slot) or [None])[0]
+            if spec.size != rows or spec.component is not None or index is None or np.size(index) == 0:
+                continue
+            real = None
+            if index.__class__ is LoDValue:
+                real, index = index.row_mask(), index.data
+            index = jnp.asarray(index)
+            ok = index < table.row_count()
+            if real is not None and ok.ndim >= 1:
+                ok = ok | ~real.reshape(real.shape + (1,) * (ok.ndim - 1))
+            flat = ok.reshape(-1)
+            producer = _count_origin(op, name, env)
+            made = f"{producer.type!r} at {producer.location}" if producer is not None else "an earlier op"
+            checks.check_bound(op, jnp.all(flat), index.reshape(-1)[jnp.argmin(flat)], {
+                "kind": "bound", "bound": rows,
+                "message": (f"input {spec.slot} reads a row of {slot}={name!r} past its real rows, whose number "
+                            f"is data (made by {made}; padded to {rows} rows inside the step): Paddle has no "
+                            "such row. Index only the rows shape() reports")})
 
 
 def _counted_grad_or_output(opdef, op, given: dict, slot: str, index: int) -> bool:

@@ -280,3 +280,21 @@ def test_gradient_through_count_aware_ops(name):
         paddle.static.append_backward(prog.global_block().var(loss.name))
     (theirs,) = po.run(prog, feed, ["x@GRAD"])
     np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_gather_past_the_count_is_refused_at_run_time():
+    """gather reads a counted X as a table: an index inside the capacity but past the real rows is a
+    BoundExceededError naming both ops (it would read a padding row); inside the count it is exact."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = L.data("x", shape=[6], dtype="float32", append_batch_size=False)
+        i = L.data("i", shape=[1], dtype="int64", append_batch_size=False)
+        idx = L.nonzero(L.greater_than(x, L.fill_constant([1], "float32", 0.0)))
+        out = L.gather(idx, L.scale(i, 1.0))
+    feed = {"x": X, "i": np.array([2], "int64")}
+    (ours,) = _ours(main, [out], feed)
+    (theirs,) = po.run(main.serialize(), feed, [out.name])
+    np.testing.assert_array_equal(ours, theirs)
+    with pytest.raises(fj.BoundExceededError) as info:
+        _ours(main, [out], {"x": X, "i": np.array([4], "int64")})
+    assert "'gather'" in str(info.value) and "'where_index'" in str(info.value) and "got 4" in str(info.value)
