@@ -6,6 +6,8 @@ Oracles: ``Executor.run`` of the same loaded program (bit for bit on CPU: one lo
 2.6.2 running the model it saved (within float32 tolerance).
 """
 
+import os
+
 import jax
 import numpy as np
 import pytest
@@ -40,6 +42,25 @@ def _static_cnn(prefix):
         exe.run(startup)
         paddle.static.save_inference_model(prefix, [x], [y], exe, program=main)
     return [(3, 8, 8)], {p.name for p in main.all_parameters() if p.trainable}
+
+
+def _fluid1_directory(combined):
+    """The static CNN as tests/test_io.py's Fluid 1.x directories: ``__model__`` and the parameters
+    one file each (or all in ``__params__``), written by ``paddle.static.save_vars``; fluidjax loads
+    ``prefix``'s folder, Paddle the model saved beside it (``prefix + "_tmp"``)."""
+    def save(prefix):
+        shapes, trainable = _static_cnn(prefix + "_tmp")
+        folder = os.path.dirname(prefix)
+        with paddle.static.scope_guard(paddle.static.Scope()):
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            prog, _, _ = paddle.static.load_inference_model(prefix + "_tmp", exe)
+            with open(os.path.join(folder, "__model__"), "wb") as f:
+                f.write(open(prefix + "_tmp.pdmodel", "rb").read())
+            paddle.static.save_vars(exe, folder, prog, predicate=paddle.static.io.is_persistable,
+                                    filename="__params__" if combined else None)
+        return shapes, trainable
+    save.fluid1 = True
+    return save
 
 
 class _Mlp(paddle.nn.Layer):
@@ -116,6 +137,8 @@ def _vision(arch):
 
 MODELS = {
     "static_cnn": _static_cnn,
+    "fluid1_per_file": _fluid1_directory(False),
+    "fluid1_combined": _fluid1_directory(True),
     "jit_mlp": _jit_saved(_Mlp, [(6,)]),
     "jit_cnn": _jit_saved(_Cnn, [(3, 8, 8)]),
     "jit_two_in_two_out": _jit_saved(_TwoInTwoOut, [(4,), (2,)], names=("u", "v")),
@@ -131,6 +154,9 @@ def test_paddle_saved_model_as_jax_function_equals_executor_and_paddle(tmp_path,
     shapes, trainable = save(prefix)
     scope = fj.Scope()
     exe = fj.Executor()
+    paddle_prefix = prefix
+    if getattr(save, "fluid1", False):
+        prefix, paddle_prefix = os.path.dirname(prefix), prefix + "_tmp"
     program, feeds, fetches = fio.load_inference_model(prefix, exe, scope=scope)
     fn, variables = fj.to_jax(program, feed=feeds, fetch_list=fetches, scope=scope)
     # Paddle's inference files keep no parameter flags: the trainable ones are told apart by use
@@ -148,7 +174,7 @@ def test_paddle_saved_model_as_jax_function_equals_executor_and_paddle(tmp_path,
         np.testing.assert_array_equal(np.asarray(got_j), ref)
     pexe = paddle.static.Executor(paddle.CPUPlace())
     with paddle.static.scope_guard(paddle.static.Scope()):
-        p_prog, p_feeds, p_fetches = paddle.static.load_inference_model(prefix, pexe)
+        p_prog, p_feeds, p_fetches = paddle.static.load_inference_model(paddle_prefix, pexe)
         theirs = pexe.run(p_prog, feed=inputs, fetch_list=p_fetches)
     assert list(p_feeds) == list(feeds)
     for got, ref in zip(eager, theirs):
@@ -181,7 +207,7 @@ def _beam_decoder(max_len, beam, vocab=12, hidden=6, end_id=0):
     return main, startup, [out_ids.name, out_scores.name, counter.name]
 
 
-@pytest.mark.parametrize("max_len", [3, 40])
+@pytest.mark.parametrize("max_len", [3, pytest.param(40, marks=pytest.mark.slow)])
 def test_while_beam_search_decoder_as_jax_function_equals_executor_and_paddle(max_len):
     import paddle_oracle as po
 
