@@ -82,6 +82,14 @@ def _last_row_index(v):
     return L.cast(L.scale(rows, bias=-1.0), "int64")
 
 
+def _cond_of_counted(x, m, compare):
+    """cond whose branches scale nonzero's rows differently; the taken branch's count comes out."""
+    idx = L.cast(_idx(x, m), "float32")
+    pred = compare(L.reduce_sum(x), L.fill_constant([1], "float32", 0.0))
+    out = L.cond(pred, lambda: L.scale(idx, 2.0), lambda: L.scale(idx, 3.0))
+    return [out, L.reduce_sum(out, dim=0), L.shape(out)]
+
+
 # -- each op: honoured (Paddle's values and shape) -------------------------------------------------
 HONOURED = {
     "shape": lambda x, m: L.shape(_idx(x, m)),
@@ -105,6 +113,8 @@ HONOURED = {
     "expand": lambda x, m: L.expand(_idx(x, m), [2, 1]),
     "stack_axis1": lambda x, m: L.stack([_idx(x, m), _idx(x, m)], axis=1),
     "level0_rowwise_fetch": lambda x, m: L.scale(L.cast(_idx(x, m), "float32"), 2.0, bias=1.0),
+    "cond_true_branch": lambda x, m: _cond_of_counted(x, m, L.greater_than),
+    "cond_false_branch": lambda x, m: _cond_of_counted(x, m, L.less_than),
     "unique_then_concat": lambda x, m: L.concat([L.unique(L.sign(x))[0], L.unique(x)[0]], axis=0),
 }
 

@@ -239,8 +239,9 @@ _BY_RULE = {
     "fill_constant_batch_size_like": lambda op, values: (
         {"Input": "rows"} if int(op.attrs.get("input_dim_idx", 0)) == 0 and int(op.attrs.get("output_dim_idx", 0)) == 0
         else {}),
-    # control flow passing a value through (paddle.static.nn.cond's select_input / select_output)
-    "select_input": lambda op, values: {"X": "rows"}, "select_output": lambda op, values: {"X": "rows"},
+    # control flow passing a value through (paddle.static.nn.cond): their rules select whole values,
+    # a counted one with its count (the branch not taken holds count 0)
+    "select_input": lambda op, values: {"X": "count"}, "select_output": lambda op, values: {"X": "count"},
     "gru_unit": lambda op, values: {"Input": "rows", "HiddenPrev": "rows"},
     "lstm_unit": lambda op, values: {"X": "rows", "C_prev": "rows"},
 }
