@@ -344,7 +344,10 @@ def to_jax(program: Program | None = None, feed: Sequence[str | Variable] = (),
         raise NotConvertibleError(f"to_jax: {len(refused)} op(s) of the program cannot be part of a pure JAX "
                                   "function:\n" + "\n".join(refused))
     original = program.global_block()
-    learnable = _learnable_reads(plan)
+    # Parameters are told apart by their own flag; a program that records none (Paddle's inference
+    # files keep no parameter flags) by use.
+    flagged = any(getattr(v, "trainable", None) is not None for v in original.vars.values())
+    learnable = None if flagged else _learnable_reads(plan)
     params, state = {}, {}
     with state_lock(scope):
         for name in plan.mutable_state + plan.const_state:
@@ -374,14 +377,15 @@ def _learnable_reads(plan) -> dict[str, bool]:
     return reads
 
 
-def _is_param(var, name: str, value, plan, learnable: dict[str, bool]) -> bool:
-    """A trainable parameter: a :class:`Parameter` says so itself (``trainable``). A plain persistable
-    variable (what Paddle's inference files hold: ``save_inference_model`` keeps no parameter flags)
-    is one when it is a float the ops only read, each time through a slot that has a gradient
+def _is_param(var, name: str, value, plan, learnable: dict[str, bool] | None) -> bool:
+    """A trainable parameter: a :class:`Parameter` says so itself (``trainable``); in a program that
+    has Parameters, any other variable is state. A program without any (``learnable`` given: what
+    Paddle's inference files load as, ``save_inference_model`` keeps no parameter flags) is read
+    by use: a parameter is a float the ops only read, each time through a slot that has a gradient
     (weights, biases, a batch norm's scale) -- not a running statistic (a ``no_grad`` slot, or
     written by the ops) nor a table of indices."""
     trainable = getattr(var, "trainable", None)
-    if trainable is not None:
+    if trainable is not None or learnable is None:
         return bool(trainable)
     return (dtypes.is_float(value.dtype) and name not in plan.written_state and learnable.get(name, False))
 

@@ -268,3 +268,32 @@ def test_jit_of_two_lods_in_one_bucket_traces_once_and_equals_executor():
     (got,), _ = jitted(variables, fn.lod_input("ids", tensor))
     np.testing.assert_array_equal(np.asarray(got), exe.run(feed={"ids": tensor}, fetch_list=[out])[0])
     assert fn.trace_count == 2
+
+
+def test_to_flax_of_a_paddle_saved_model_has_paddles_parameters(tmp_path):
+    pytest.importorskip("flax")
+    prefix = str(tmp_path / "model" / "net")
+    _, trainable = _static_cnn(prefix)
+    scope = fj.Scope()
+    program, feeds, fetches = fio.load_inference_model(prefix, fj.Executor(), scope=scope)
+    module = fj.to_flax(program, feed=feeds, fetch_list=fetches, scope=scope)
+    xs = _rng(6).random((2, 3, 8, 8), dtype=np.float32)
+    flax_vars = module.init(jax.random.key(0), xs)
+    assert set(flax_vars["params"]) == trainable
+    stats = sorted(flax_vars["batch_stats"])      # Paddle's names of the mean and the variance
+    assert len(stats) == 2 and stats[0].startswith("batch_norm_") and [s[-4:] for s in stats] == [".w_1", ".w_2"]
+    got, = module.apply(flax_vars, xs)
+    want, = fj.Executor().run(program, feed={feeds[0]: xs}, fetch_list=fetches, scope=scope)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_a_program_built_with_parameters_keeps_other_persistables_in_state():
+    """Only a program without Parameters (a loaded inference model) is classified by use: here a
+    persistable float global read by an elementwise op stays state, as its own flags say."""
+    x = layer.data("x", dims=[3])
+    shift = layer.create_global_var([3], 0.5, "float32", persistable=True, name="shift")
+    out = layer.fc(x + shift, output_size=2)
+    exe = fj.Executor()
+    exe.run(fj.default_startup_program())
+    fn, variables = fj.to_jax(fj.default_main_program(), feed=[x], fetch_list=[out])
+    assert "shift" in variables["state"] and sorted(variables["params"]) == ["fc_0.b_0", "fc_0.w_0"]
