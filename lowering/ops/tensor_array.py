@@ -456,15 +456,24 @@ def _diffable(value) -> bool:
 
 
 def _leaf(value):
+    """The differentiable array of a value: a LoD value's rows, an array's buffer (the rows of an
+    array of LoD elements: a DynamicRNN memory initialised from a LoD encoder output)."""
     if isinstance(value, LoDValue):
         return value.data
-    return value.buffer if isinstance(value, TensorArray) else value
+    if isinstance(value, TensorArray):
+        return value.buffer.data if isinstance(value.buffer, LoDValue) else value.buffer
+    return value
 
 
 def _put(template, leaf):
+    """``leaf`` in ``template``'s structure (its offsets and length held fixed): undoes _leaf."""
     if isinstance(template, LoDValue):
         return LoDValue(leaf, template.offsets)
-    return TensorArray(leaf, template.length) if isinstance(template, TensorArray) else leaf
+    if isinstance(template, TensorArray):
+        if isinstance(template.buffer, LoDValue):
+            return TensorArray(LoDValue(leaf, template.buffer.offsets), template.length)
+        return TensorArray(leaf, template.length)
+    return leaf
 
 
 def _with_leaves(values: dict, leaves: dict) -> dict:
@@ -483,7 +492,7 @@ def _fit_cotangent(ct, like):
             ct = ct[:rows] if ct.shape[0] > rows else jnp.concatenate(
                 [ct, jnp.zeros((rows - ct.shape[0],) + tuple(ct.shape[1:]), ct.dtype)])
     if isinstance(ct, TensorArray):
-        buf = ct.buffer.astype(like.dtype)
+        buf = (ct.buffer.data if isinstance(ct.buffer, LoDValue) else ct.buffer).astype(like.dtype)
         rows = like.shape[0]
         if buf.shape[0] < rows:
             buf = jnp.concatenate([buf, jnp.zeros((rows - buf.shape[0],) + tuple(buf.shape[1:]), buf.dtype)])
