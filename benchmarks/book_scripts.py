@@ -735,8 +735,11 @@ def _where(f):
 
 
 def _ops_built():
+    """Ops of the largest program the script built (scripts often build their own Programs)."""
+    import gc
     try:
-        return sum(len(b.ops) for b in fluidjax.default_main_program().blocks)
+        programs = [o for o in gc.get_objects() if isinstance(o, fluidjax.Program)]
+        return max([sum(len(b.ops) for b in p.blocks) for p in programs] or [0])
     except Exception:
         return None
 

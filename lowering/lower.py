@@ -117,6 +117,8 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
                     # their real count is the input's, kept as a counted value of one sequence.
                     v = LoDValue(v, (jnp.stack([jnp.zeros((), jnp.int32),
                                                 lod_source.row_count().astype(jnp.int32)]),))
+                elif getattr(v, "shape", None) == () and _declared_one(op, name):
+                    v = jnp.reshape(v, (1,))     # a Fluid 1.x result declared [1] (shape.one_element_shape)
                 env[name] = v
                 if checks is not None and checks.nan_inf and _differentiable(v):
                     checks.check_finite(op, slot, name, v)
@@ -374,6 +376,12 @@ def _count_origin(op, name: str, env):
         name, index = nxt, writer
     return origin
 
+
+
+def _declared_one(op, name: str) -> bool:
+    """Whether the program declares ``name`` with shape [1] (Fluid 1.x's one-element results)."""
+    var = op.block.find_var(name)
+    return var is not None and var.shape == (1,)
 
 
 def _declared_lod(op, name: str) -> bool:

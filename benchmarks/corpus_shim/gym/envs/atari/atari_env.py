@@ -1,0 +1,1 @@
+ACTION_MEANING = {0: "NOOP", 1: "FIRE", 2: "UP", 3: "RIGHT", 4: "LEFT", 5: "DOWN"}
