@@ -1,7 +1,8 @@
 """Math layer functions: reductions, searches, activations, elementwise math, comparisons, logic.
 
 Names, parameters and defaults follow Paddle's ``fluid.layers``; the ops they emit and their
-results follow Paddle 2.6 (e.g. a full reduction is 0-d). 
+results follow Paddle 2.6, except the shapes Fluid 1.x scripts read: a mean, a full reduction
+(and ``accuracy``) is shape ``[1]``, as Fluid 1.x computed it (:func:`fluid1_one_element`).
 
 >>> x = data("x", dims=[3, 4])                 # (-1, 3, 4)
 >>> s = reduce_sum(x, dim=1)                   # (-1, 4)
@@ -32,9 +33,22 @@ __all__ = [
 ]
 
 
+def fluid1_one_element(*variables: Variable) -> Variable:
+    """Declare the 0-d results ``variables`` shape ``[1]``, as Fluid 1.x's ops computed them
+    (Fluid 1.8's mean, reduce with reduce_all and accuracy set their output dims to ``{1}``):
+    scripts read them as ``np.array(out)[0]`` or ``out.shape == (1,)``. The declaration is the
+    mechanism: shape inference keeps a declared ``[1]`` (``ir.shape.one_element_shape``) and the
+    lowering gives the value that shape, so a Paddle 2.x program's bytes (declared ``[]``) keep
+    their 0-d results. Returns the first variable."""
+    for var in variables:
+        if var.shape == ():
+            var.shape = (1,)
+    return variables[0]
+
+
 def mean(x: Variable, name: str | None = None) -> Variable:
-    """The mean of all elements, a 0-d Variable."""
-    return LayerHelper("mean", name).simple_op("mean", {"X": x})
+    """The mean of all elements, shape [1] (Fluid 1.x's; see :func:`fluid1_one_element`)."""
+    return fluid1_one_element(LayerHelper("mean", name).simple_op("mean", {"X": x}))
 
 
 def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None, axis: int = -1) -> Variable:
@@ -76,14 +90,14 @@ def _reduce_layer(op_type: str, what: str):
               name: str | None = None) -> Variable:
         dims = [] if dim is None else [int(dim)] if isinstance(dim, int) else [int(d) for d in dim]
         reduce_all = not dims or len(dims) == input.ndim
-        return LayerHelper(op_type, name).simple_op(
-            op_type, {"X": input}, {"dim": dims, "keep_dim": bool(keep_dim), "reduce_all": reduce_all})
+        return fluid1_one_element(LayerHelper(op_type, name).simple_op(
+            op_type, {"X": input}, {"dim": dims, "keep_dim": bool(keep_dim), "reduce_all": reduce_all}))
 
     layer.__name__ = op_type
     layer.__doc__ = (
         f"The {what} of ``input`` over ``dim`` (an int or a list; None: every dim).\n\n"
-        "Reduced dims are dropped unless ``keep_dim``; reducing every dim without ``keep_dim`` gives a "
-        f"0-d Variable (Paddle 2.x).\n\n>>> {op_type}(x, dim=[1, 2], keep_dim=True)   # x (-1, 3, 4) -> (-1, 1, 1)")
+        "Reduced dims are dropped unless ``keep_dim``; reducing every dim without ``keep_dim`` gives "
+        f"shape [1] (Fluid 1.x's).\n\n>>> {op_type}(x, dim=[1, 2], keep_dim=True)   # x (-1, 3, 4) -> (-1, 1, 1)")
     return layer
 
 

@@ -21,6 +21,7 @@ from ..ir.variable import Variable
 from .initializer import Constant, Normal
 from .layer_helper import LayerHelper
 from .data_layers import as_index_input
+from .math_layers import fluid1_one_element
 from .layer_args import activate
 from .param_attr import ParamAttr
 
@@ -663,7 +664,7 @@ def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | N
     total = total if total is not None else helper.create_tmp("int32", stop_gradient=True)
     helper.append_op("accuracy", {"Out": values, "Indices": indices, "Label": label},
                      {"Accuracy": acc, "Correct": correct, "Total": total})
-    return acc
+    return fluid1_one_element(acc, correct, total)
 
 
 # -- resizing -------------------------------------------------------------------------------------------------

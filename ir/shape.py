@@ -185,8 +185,19 @@ def infer_op(op) -> None:
     block = op.block
     results = run_rule(op, _block_lookup(block))
     for name, info in results.items():
+        var = block.var(name)
         # One store, one version bump for the three fields (set_output normalized them).
-        block.var(name)._set_inferred(info.shape, info.dtype, info.lod_level)
+        var._set_inferred(one_element_shape(info.shape, var.shape), info.dtype, info.lod_level)
+
+
+def one_element_shape(inferred: tuple[int, ...], declared: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of a result: a 0-d result whose variable is declared ``[1]`` keeps ``[1]``.
+
+    Fluid 1.x computed a mean, a full reduction or an accuracy as shape ``[1]``, Paddle 2.x as
+    0-d; the program's declaration says which: the Fluid 1.x layers declare ``[1]`` (so do Fluid
+    1.x's program bytes), Paddle 2.x's bytes ``[]``. The lowering follows it at run time.
+    """
+    return (1,) if inferred == () and declared == (1,) else inferred
 
 
 def infer_shapes(program, feed_shapes: Mapping[str, Any], block_idx: int = 0) -> dict[str, tuple[int, ...]]:

@@ -203,6 +203,7 @@ def reinfer(block, ops, fed: dict) -> None:
             var = block.find_var(name)
             if var is None:
                 continue
+            info = info._replace(shape=shape_rules.one_element_shape(info.shape, var.shape))
             if var.persistable and (info.dtype != var.dtype or len(info.shape) != len(var.shape) or any(
                     d >= 0 and s >= 0 and d != s for d, s in zip(var.shape, info.shape))):
                 raise ShapeError(

@@ -1,10 +1,11 @@
 """How a fetched value reaches the user: the rules for 0-d and one-element results.
 
 Paddle 2.6 computes a mean, an accuracy or a full reduction as a 0-d tensor; Fluid 1.x gave them
-shape ``[1]``, and Fluid scripts read them as ``avg_cost_value[0]``. fluidjax's programs follow
-Paddle 2.6 (the op semantics, the shapes in the program, what Paddle runs), and a fetched 0-d
-result is a NumPy 0-d array that also answers ``[0]`` and ``[-1]`` — the only thing Fluid 1.x
-code did with a shape-``[1]`` result that a 0-d array refuses. Everything else (``float(v)``,
+shape ``[1]``, and Fluid scripts read them as ``avg_cost_value[0]``. Programs built through the
+Fluid 1.x layers declare those results ``[1]`` and get that shape (``ir.shape.one_element_shape``);
+a Paddle 2.x program's bytes declare ``[]``, and its fetched 0-d result is a NumPy 0-d array that
+also answers ``[0]`` and ``[-1]`` — the only thing Fluid 1.x code did with a shape-``[1]`` result
+that a 0-d array refuses. Everything else (``float(v)``,
 ``v.item()``, ``v.shape == ()``, arithmetic, ``np.mean``) is a plain 0-d array's, so Paddle 2.6
 code sees what it expects too.
 

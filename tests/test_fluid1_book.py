@@ -189,7 +189,9 @@ def test_fetched_one_element_values_convert_as_numpy_1_did():
     exe = fluid.Executor(fluid.CPUPlace())
     rows, value = exe.run(main, feed={"x": np.array([[1.5], [2.0]], "float32")}, fetch_list=[y, avg])
     assert ["%.2f" % row for row in rows] == ["3.00", "4.00"] and int(rows[0]) == 3   # fit_a_line's print
-    assert value.shape == () and value[0] == pytest.approx(3.5) and float(value) == pytest.approx(3.5)
+    # fluid.layers.mean is shape [1], as in Fluid 1.x (a Paddle 2.x program's 0-d mean also answers
+    # [0]: tests/test_fluid1_feed_rules.py)
+    assert value.shape == (1,) and value[0] == pytest.approx(3.5) and float(value) == pytest.approx(3.5)
     with pytest.raises(TypeError, match="one-element"):
         float(rows)
     assert type(np.asarray(rows)) is np.ndarray
@@ -208,7 +210,7 @@ def test_fetch_0d_as_1d_gives_fluids_shape_one():
         fluid.set_flags({"FLAGS_fetch_0d_as_1d": False})
     assert out.shape == (1,) and float(out[0]) == 1.0            # recommender_system's np.array(v)[0]
     again = exe.run(main, feed={"x": np.ones((3, 2), "float32")}, fetch_list=[avg])[0]
-    assert again.shape == ()
+    assert again.shape == (1,)       # without the flag too: fluid.layers.mean declares Fluid's [1]
 
 
 def test_lod_ids_take_create_lod_tensors_trailing_one():

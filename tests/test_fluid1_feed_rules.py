@@ -184,3 +184,55 @@ def test_py_reader_slots_take_the_batch_as_fed():
     exe = fluid.Executor(fluid.CPUPlace())
     fed = np.ones((8, 13, 1), "int64")
     assert float(exe.run(main, feed={ids.name: fed}, fetch_list=[total])[0]) == fed.size
+
+
+# -- item 6: Fluid's shape [1] results -----------------------------------------------------------------
+def test_fluid_layers_results_are_shape_one_without_a_flag():
+    """fluid.layers.mean, reduce_* over every dim and accuracy are [1], as Fluid 1.8's ops made them
+    (mean_op: SetOutputDim("Out", {1}); reduce with reduce_all: {1}); scripts read np.array(v)[0]."""
+    main, startup = _programs()
+    main.random_seed = startup.random_seed = 2
+    with fluid.program_guard(main, startup), fj.unique_name.guard():
+        x = fluid.layers.data("x", shape=[4], dtype="float32")
+        label = fluid.layers.data("label", shape=[1], dtype="int64")
+        prob = fluid.layers.fc(x, 3, act="softmax")
+        avg = fluid.layers.mean(fluid.layers.cross_entropy(prob, label))
+        total = fluid.layers.reduce_sum(x)
+        kept = fluid.layers.reduce_sum(x, keep_dim=True)
+        acc = fluid.layers.accuracy(prob, label)
+        fluid.optimizer.SGD(0.1).minimize(avg)
+    assert avg.shape == total.shape == acc.shape == (1,) and kept.shape == (1, 1)
+    rng = np.random.default_rng(5)
+    feed = {"x": rng.random((6, 4)).astype("float32"), "label": rng.integers(0, 3, (6, 1)).astype("int64")}
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    params = po.persistable_values(main, scope)
+    outs = exe.run(main, feed=feed, fetch_list=[avg, total, acc], scope=scope)
+    assert [o.shape for o in outs] == [(1,), (1,), (1,)]
+    assert np.array(outs[1])[0] == pytest.approx(feed["x"].sum(), rel=1e-5)     # the book's idiom
+    theirs = po.run(main.serialize(), feed, [avg.name, total.name, acc.name], params)
+    for a, b in zip(outs, theirs):
+        np.testing.assert_allclose(np.array(a).reshape(-1), np.array(b).reshape(-1), rtol=1e-5)
+    # the bytes say it: the parsed program keeps [1]
+    parsed = fj.Program.parse_from_string(main.serialize())
+    assert parsed.global_block().var(avg.name).shape == (1,)
+
+
+def test_a_paddle_2x_program_keeps_its_0d_results():
+    """Bytes Paddle 2.6 wrote declare the mean 0-d: fluidjax runs them with 0-d results."""
+    import paddle
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [-1, 3], "float32")
+        avg = paddle.mean(x)
+        total = paddle.sum(x)
+    assert tuple(avg.shape) == ()
+    program = fj.Program.parse_from_string(main.desc.serialize_to_string())
+    exe = fluid.Executor(fluid.CPUPlace())
+    xs = np.arange(6, dtype="float32").reshape(2, 3)
+    got_avg, got_total = exe.run(program, feed={"x": xs}, fetch_list=[avg.name, total.name])
+    assert got_avg.shape == () and got_total.shape == ()
+    assert float(got_avg) == pytest.approx(2.5) and got_avg[0] == pytest.approx(2.5) and float(got_total) == 15

@@ -23,6 +23,8 @@ def _fixed(name, shape, dtype):
 
 def _assert_same(ours, theirs, rtol=1e-5, atol=1e-6):
     for a, b in zip(ours, theirs):
+        if a.shape == (1,) and b.shape == ():
+            b = b.reshape(1)       # a Fluid 1.x layer's [1] result; Paddle 2.6 runs the bytes 0-d
         assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
         if a.dtype == bool or np.issubdtype(a.dtype, np.integer):
             np.testing.assert_array_equal(a, b)
