@@ -30,7 +30,7 @@ from ..ir.errors import (FeedError, NumericCheckError, OpRuntimeError, Uninitial
 from ..ir.errors import LoopBoundError, ReentrantRunError, ResourceExhaustedError
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
-from . import flags, host_init, interrupt, memory
+from . import effects, flags, host_init, interrupt, memory
 from .checks import (HostIndexCheck, StepChecks, bound_error, fed_source, grow_rooms, has_bound_checks, index_error,
                      specs_of)
 from .context import make_key
@@ -142,6 +142,10 @@ class _Plan:
     kept_step: Any = None                  # jax.jit(step_fn) without donation, made when first needed
     # A step with a while loop: undonated, run so that Ctrl-C can abandon it (lowering/interrupt.py).
     interruptible: bool = False
+    # A step with host effects (print, py_func): its last argument is the run's effect ticket, and a
+    # run's effects happen once, for the attempt that commits (lowering/effects.py).
+    effects: bool = False
+    reruns: bool = False                   # the step checks a room or bound: a run may be done again
 
 
 class Executor:
@@ -196,6 +200,7 @@ class Executor:
         if scope.__class__ is not Scope and not isinstance(scope, Scope):
             raise TypeError(f"Executor.run expects a fluidjax Scope, got {type(scope).__name__}")
         committed = False
+        journal = None
         lock = _state_lock(scope)
         try:
             with lock:
@@ -207,6 +212,9 @@ class Executor:
                 try:
                     _running[lock] = me
                     program, scope, plan, args = self._prepare(program, feed, fetch_list, scope)
+                    if plan.effects:         # the run's host effects, over all its attempts
+                        journal = effects.open_journal(plan.reruns)
+                        args = args[:5] + (journal.ticket(),)
                     if plan.host_ops:
                         self._run_host_ops(plan, scope)
                     if plan.on_host:
@@ -223,10 +231,13 @@ class Executor:
                             else:
                                 fetches, failed = self._execute(program, scope, plan, args, careful, outs)
                             committed = failed is None
+                            if committed and journal is not None:
+                                journal.commit()       # the committed attempt's prints
                         finally:
                             _running.pop(lock, None)   # before the deferred handlers run: they may run
                 finally:
                     _running.pop(lock, None)
+                    effects.close(journal)
             if failed is not None:
                 raise failed
             if return_numpy:
@@ -236,6 +247,8 @@ class Executor:
                     else LoDTensor(to_host(v)[0] if v.__class__ is LoDValue else v)
                     for v, name in zip(fetches, plan.fetch_names)]
         except BaseException as exc:
+            if journal is not None:
+                effects.clear_failed_tokens()    # a failed step's print token must not fail later runs
             # Anything raised once the state is committed (a deferred Ctrl-C, a failing fetch
             # conversion) says so: the run happened, only its fetches are lost. Unless the step
             # itself failed on the device after its dispatch (XLA ran out of memory): then the
@@ -312,7 +325,8 @@ class Executor:
                     _retrace(plan)
                     binding = plan.last_scope if plan.last_scope is not None and plan.last_scope[0]() is scope \
                         else self._bind(plan, scope)
-                    args = (tuple(t._value for t in binding[1]),) + args[1:]
+                    args = (tuple(t._value for t in binding[1]),) + args[1:5] + tuple(
+                        effects.next_attempt(t) for t in args[5:])     # the attempt's effects are dropped
                     outs = self._call_interruptible(plan, args) if plan.interruptible else None
                     return self._execute(program, scope, plan, args, careful, outs)
                 return None, failed
@@ -349,6 +363,8 @@ class Executor:
                 box["outs"] = jax.block_until_ready(outs)
             except BaseException as exc:  # noqa: BLE001  (handed to the caller)
                 box["exc"] = exc
+                if len(args) > 5:
+                    effects.clear_failed_tokens()    # (this worker's tokens: see effects.py)
             finally:
                 box["hits"] = interrupt.finished(token)
                 done.release()
@@ -360,7 +376,7 @@ class Executor:
                 # token in flight for good (nothing ran, finished or cancelled it).
                 with deferred_signals():
                     token = interrupt.new_token()
-                    args = args[:4] + (np.array([token, flags.max_while_iterations], np.int32),)
+                    args = args[:4] + (np.array([token, flags.max_while_iterations], np.int32),) + args[5:]
                     interrupt.workers.submit(work)
                 while not done.acquire(timeout=0.05):
                     pass
@@ -372,7 +388,7 @@ class Executor:
                 raise
         else:                             # signals reach the main thread only: nothing to wait for
             token = interrupt.new_token()
-            args = args[:4] + (np.array([token, flags.max_while_iterations], np.int32),)
+            args = args[:4] + (np.array([token, flags.max_while_iterations], np.int32),) + args[5:]
             work()
         if "exc" in box:
             exc = box["exc"]
@@ -436,7 +452,8 @@ class Executor:
 
     @staticmethod
     def _resident(args: tuple) -> int:
-        return sum(int(getattr(v, "nbytes", 0)) for v in args[0] + args[1])
+        return sum(int(getattr(v, "nbytes", 0)) if not isinstance(v, jax.ShapeDtypeStruct)
+                   else int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in args[0] + args[1])
 
     def _need_text(self, plan: _Plan, args: tuple, with_free: bool = True) -> str:
         sig = _mem_key(args)
@@ -527,10 +544,14 @@ class Executor:
         written into donated state), ``generated_code_bytes``, ``peak_bytes`` (what the call holds
         at once) and ``need_bytes`` (``peak_bytes`` less the state already on the device: what a
         run checks against the device's free memory). Compiles the step if needed; runs nothing.
+
+        The state's shapes come from ``scope`` (the global scope by default) when it holds the
+        state, else from the program's declared shapes: the figures are known before anything is
+        allocated (before the startup program runs), and nothing is created in the scope.
         """
         scope = global_scope() if scope is None else scope
         with _state_lock(scope):
-            _, _, plan, args = self._prepare(program, feed, fetch_list, scope)
+            _, _, plan, args = self._prepare(program, feed, fetch_list, scope, abstract=True)
         figures = self._step_figures(plan, args)
         if figures is None:
             raise NotImplementedError(f"XLA gives no memory analysis of compiled steps on "
@@ -541,8 +562,10 @@ class Executor:
             plan.figures[sig], plan.memory[sig] = figures, need
         return dict(figures, need_bytes=need)
 
-    def _prepare(self, program, feed, fetch_list, scope):
-        """Check the feeds, find the plan and gather its state: everything a run needs first."""
+    def _prepare(self, program, feed, fetch_list, scope, abstract: bool = False):
+        """Check the feeds, find the plan and gather its state: everything a run needs first.
+        ``abstract``: when ``scope`` does not hold the state, the state's declared shapes
+        (``jax.ShapeDtypeStruct``s, for lowering only)."""
         program = default_main_program() if program is None else program
         scope = global_scope() if scope is None else scope
         if feed is None:
@@ -574,25 +597,33 @@ class Executor:
             plan = self._slow_plan(program, feed, fetch_names)
         program = plan.program                    # a CompiledProgram's own program
         feeds = self._check_feeds(plan, feed)
-        for hook in program.run_hooks:
-            hook(scope)
-        binding = plan.last_scope
-        if binding is None or binding[0]() is not scope:
-            binding = self._bind(plan, scope)
-        mutable = tuple([t._value for t in binding[1]])
-        const = tuple([t._value for t in binding[2]])
-        if not ({*map(type, mutable), *map(type, const)} <= _DEVICE_ARRAYS and plan.committed_scope() is scope):
-            # A value set from NumPy (or missing): put it on the device once, in the scope too, so
-            # the step keeps one signature (NumPy and device arguments would compile it twice).
-            binding = self._bind(plan, scope, refresh=True)   # raises for a variable without a value
-            (plan.place_state or self._to_device)(binding[1] + binding[2])
+        if abstract and not _holds_state(plan, scope):
+            # Nothing allocated yet (compiled_memory before the startup program): the state as the
+            # program declares it, abstract; the scope is not touched.
+            mutable, const = _declared_state(plan, self._device)
+        else:
+            for hook in program.run_hooks:
+                hook(scope)
+            binding = plan.last_scope
+            if binding is None or binding[0]() is not scope:
+                binding = self._bind(plan, scope)
             mutable = tuple([t._value for t in binding[1]])
             const = tuple([t._value for t in binding[2]])
-            plan.committed_scope = weakref.ref(scope)
+            if not ({*map(type, mutable), *map(type, const)} <= _DEVICE_ARRAYS and plan.committed_scope() is scope):
+                # A value set from NumPy (or missing): put it on the device once, in the scope too, so
+                # the step keeps one signature (NumPy and device arguments would compile it twice).
+                binding = self._bind(plan, scope, refresh=True)   # raises for a variable without a value
+                (plan.place_state or self._to_device)(binding[1] + binding[2])
+                mutable = tuple([t._value for t in binding[1]])
+                const = tuple([t._value for t in binding[2]])
+                plan.committed_scope = weakref.ref(scope)
         seed = None
         if plan.random:
             count = self._runs.get(program._uid, 0)
             seed = np.array([program.random_seed or self._default_seed, count], np.uint32)
+        if plan.effects:                # outside a run its effects act at once (Executor.run gives a journal's)
+            return program, scope, plan, (mutable, const, feeds, seed, _IDLE_RUN if plan.interruptible else None,
+                                          effects.IDLE_TICKET)
         if plan.interruptible:          # no run: its loops are never abandoned nor bounded
             return program, scope, plan, (mutable, const, feeds, seed, _IDLE_RUN)
         return program, scope, plan, (mutable, const, feeds, seed)
@@ -744,6 +775,8 @@ class Executor:
             fixed_random_ops=fixed,
             on_host=not feed_names and not external and host_init.can_run(jit_ops),
             interruptible=any(op.type == "while" for op in ops_with_sub_blocks(jit_ops)),
+            effects=any(_journaled(op.type) for op in ops_with_sub_blocks(jit_ops)),
+            reruns=has_bound_checks(ops_with_sub_blocks(jit_ops)),
         )
         plan.feed_specs = tuple((n, dtypes.to_numpy(var.dtype), var.shape, var, tuple(host_checks.get(n, ())),
                                  _fast_tail(var.shape), len(var.shape))
@@ -793,6 +826,7 @@ class Executor:
 
         if sharded is not None:
             plan.interruptible = False    # a step over several devices keeps its four arguments
+            plan.effects = False          # (its prints and py_funcs act at once, unjournaled)
         step = step_function(plan, sharded, on_trace)
         plan.step_fn = step
         if sharded is None:
@@ -886,8 +920,9 @@ def run_keys(seed) -> tuple:
 
 
 def step_function(plan: _Plan, sharded=None, on_trace=None):
-    """The pure step of ``plan``: ``step(mutable, const, feeds, seed, run=None) -> (new_state,
-    fetches)`` (plus the check flags when ``plan.has_checks``). The Executor jits it; ``fj.to_jax``
+    """The pure step of ``plan``: ``step(mutable, const, feeds, seed, run=None, ticket=None) ->
+    (new_state, fetches)`` (plus the check flags when ``plan.has_checks``); ``ticket``: the run's
+    effect ticket (lowering/effects.py; None: effects act at once). The Executor jits it; ``fj.to_jax``
     wraps the same function, so both lower a program the same way. ``seed`` is [program seed, run
     count] or the (fixed key, run key) pair of :func:`run_keys`; ``on_trace`` is called whenever
     the step is traced."""
@@ -899,7 +934,7 @@ def step_function(plan: _Plan, sharded=None, on_trace=None):
     host_checked = plan.host_checked
 
     # Positional tuples, not dicts: they flatten faster on every call (this is the hot path).
-    def step(mutable, const, feeds, seed, run=None):
+    def step(mutable, const, feeds, seed, run=None, ticket=None):
         if on_trace is not None:
             on_trace()
         items = zip(names, const + mutable + feeds)
@@ -912,7 +947,8 @@ def step_function(plan: _Plan, sharded=None, on_trace=None):
             fixed_key, run_key = seed if isinstance(seed, tuple) else run_keys(seed)
             op_keys = lambda i: fixed_key if i in fixed else run_key  # noqa: E731
         checks = StepChecks(check_index, check_nan_inf, host_checked) if plan.has_checks else None
-        with bounds_from_feeds(env):  # fed sequences' longest lengths, for what runs along them
+        # fed sequences' longest lengths, for what runs along them; the run's effect ticket
+        with bounds_from_feeds(env), effects.tracing(ticket):
             if run is None:
                 run_ops(ops, env, checks=checks, op_keys=op_keys)
             else:                     # (token, bound): the loops poll and count (interrupt.py)
@@ -965,7 +1001,8 @@ def compiled_memory(program: Program, feed: Mapping[str, Any] | None = None, sco
     byte counts: ``temp_bytes``, ``argument_bytes``, ``output_bytes``, ``alias_bytes``,
     ``generated_code_bytes``, ``peak_bytes`` and ``need_bytes`` (see
     :meth:`Executor.compiled_memory`). The step is compiled if needed, nothing runs; the state's
-    shapes come from ``scope`` (the global scope by default), so run the startup program first.
+    shapes come from ``scope`` (the global scope by default) when it holds the state, else from
+    the program's declared shapes (nothing needs to be allocated first, and nothing is).
 
     >>> # fj.compiled_memory(main, {"x": xs, "y": ys}, fetch_list=[loss])["peak_bytes"]
     """
@@ -978,6 +1015,41 @@ def compiled_memory(program: Program, feed: Mapping[str, Any] | None = None, sco
 
 #: Ops a run keeps though nothing fetched depends on them: their effect is the point.
 _EFFECT_OPS = frozenset({"print"})
+
+
+def _holds_state(plan: _Plan, scope: Scope) -> bool:
+    """Whether ``scope`` holds a value for every state variable of ``plan`` (nothing is created)."""
+    for name in plan.mutable_state + plan.const_state:
+        holder = scope.find_var(name)
+        if holder is None or not holder.holds(LoDTensor) or not holder.get(LoDTensor)._is_initialized():
+            return False
+    return True
+
+
+def _declared_state(plan: _Plan, device=None) -> tuple[tuple, tuple]:
+    """``plan``'s (mutable, const) state as ``jax.ShapeDtypeStruct``s of the variables' declared
+    shapes and dtypes, on ``device`` (the default one when None), as the step sees the scope's."""
+    block = plan.program.global_block()
+    sharding = jax.sharding.SingleDeviceSharding(device or jax.local_devices()[0])
+
+    def struct(name):
+        var = block.var(name)
+        if var.type != dtypes.LOD_TENSOR or var.dtype is None or any(d < 0 for d in var.shape):
+            reader = plan.first_reader.get(name)
+            where = f" (read by op {reader.type!r} at {reader.location})" if reader is not None else ""
+            raise UninitializedVariableError(
+                f"variable {name!r}{where} has no value in the scope, and its declared shape {list(var.shape)} "
+                "does not fix its size: run the startup program first, e.g. exe.run(fj.default_startup_program())")
+        return jax.ShapeDtypeStruct(tuple(var.shape), dtypes.to_numpy(var.dtype), sharding=sharding)
+
+    return tuple(map(struct, plan.mutable_state)), tuple(map(struct, plan.const_state))
+
+
+def _journaled(op_type: str) -> bool:
+    """Whether ops of ``op_type`` act on the host (an effect op, or the gradient of one): a step
+    holding one takes an effect ticket (lowering/effects.py)."""
+    opdef = registry.get(op_type)
+    return opdef.effect or (opdef.forward_type is not None and registry.get(opdef.forward_type).effect)
 
 
 def _mem_key(args: tuple):

@@ -2,7 +2,9 @@
 
 Both lower to JAX host callbacks inside the compiled step: ``print`` to ``jax.debug.callback``
 (an effect XLA keeps, run every time the step runs), ``py_func`` to ``jax.pure_callback`` with a
-``jax.custom_vjp`` whose backward calls the user's backward function.
+``jax.custom_vjp`` whose backward calls the user's backward function. Each callback also takes the
+step's ticket (``effects.traced_ticket``): inside an Executor run, prints are written when the run
+commits and a re-run attempt reuses the ``py_func`` results of the first (``lowering/effects.py``).
 
 ``py_func`` names its Python functions by number, as Fluid does: ``forward_callable_id`` and
 ``backward_callable_id`` index :data:`CALLABLES` of the process that built the program. A
@@ -23,14 +25,12 @@ import numpy as np
 from ...ir import dtypes
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
+from .. import effects
 from ..lod_value import LoDValue
 from ..lower import lod_aware
 from ._errors import _fail
 
 # -- print ----------------------------------------------------------------------------------------
-_PRINTED: dict[int, itertools.count] = {}       # id(op) -> how many times it printed
-
-
 def _format(value, lod, name: str, ctx_attrs: dict, dtype_name: str) -> str:
     """Paddle's TensorFormatter layout: Variable, message, lod, place, shape, dtype, data."""
     lines = []
@@ -77,21 +77,21 @@ def print_(ctx):
                                           "print_tensor_shape", "print_tensor_layout", "print_tensor_lod")}
         name = ctx.op.inputs["In"][0]
         first_n = int(ctx.attr("first_n"))
-        counter = _PRINTED.setdefault(id(ctx.op), itertools.count())
+        site = effects.site_of(ctx.op, "print")
         data = x.data if x.__class__ is LoDValue else x
         dtype_name = dtypes.normalize(data.dtype)
 
-        def show(data, *offsets):
-            if first_n >= 0 and next(counter) >= first_n:
-                return
-            data = np.asarray(data)
-            lod = [np.asarray(o) for o in offsets]
-            if lod:
-                data = data[:int(lod[-1][-1])]
-            sys.stdout.write(_format(data, lod, name, attrs, dtype_name))
-            sys.stdout.flush()
+        def show(ticket, data, *offsets):
+            def text():
+                value = np.asarray(data)
+                lod = [np.asarray(o) for o in offsets]
+                if lod:
+                    value = value[:int(lod[-1][-1])]
+                return _format(value, lod, name, attrs, dtype_name)
+            effects.emit_print(np.asarray(ticket), site, first_n, text)
 
-        jax.debug.callback(show, data, *(x.offsets if x.__class__ is LoDValue else ()), ordered=True)
+        jax.debug.callback(show, effects.traced_ticket(), data, *(x.offsets if x.__class__ is LoDValue else ()),
+                           ordered=True)
     return {"Out": x}
 
 
@@ -148,18 +148,25 @@ def py_func(ctx):
             enumerate(var.shape)]
         structs.append(jax.ShapeDtypeStruct(tuple(shape), dtypes.to_numpy(var.dtype)))
 
-    def host_forward(*arrays):
-        result = func(*arrays)
-        result = [] if result is None else list(result) if isinstance(result, (list, tuple)) else [result]
-        if len(result) != len(structs):
-            raise ValueError(f"py_func: the function returned {len(result)} values for {len(structs)} outputs")
-        return [_host_array(r, s) for r, s in zip(result, structs)]
+    # A call is known by its op (a grad op's recomputed forward is a call of its own) and inputs.
+    site = effects.site_of(ctx.op, "py_func")
 
-    def forward(*arrays):
-        return tuple(jax.pure_callback(host_forward, structs, *arrays))
+    def host_forward(ticket, *arrays):
+        def call():
+            result = func(*arrays)
+            result = [] if result is None else list(result) if isinstance(result, (list, tuple)) else [result]
+            if len(result) != len(structs):
+                raise ValueError(f"py_func: the function returned {len(result)} values for {len(structs)} outputs")
+            return [_host_array(r, s) for r, s in zip(result, structs)]
+        return effects.call_once(np.asarray(ticket), site, arrays, call,
+                                 lambda: [np.zeros(s.shape, s.dtype) for s in structs])
 
+    def forward(ticket, *arrays):
+        return tuple(jax.pure_callback(host_forward, structs, ticket, *arrays))
+
+    ticket = effects.traced_ticket()
     if int(ctx.attr("backward_callable_id")) < 0:
-        return {"Out": [jax.lax.stop_gradient(o) for o in forward(*xs)]}
+        return {"Out": [jax.lax.stop_gradient(o) for o in forward(ticket, *xs)]}
     backward = _callable(ctx, "backward_callable_id")
     skip = set(ctx.attr("backward_skip_vars") or ())
     x_names, out_names = ctx.op.inputs.get("X", []), [v.name for v in out_vars]
@@ -169,31 +176,40 @@ def py_func(ctx):
     x_structs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
     floats = [jnp.issubdtype(x.dtype, jnp.inexact) for x in xs]
 
-    def host_backward(*arrays):
-        grads = backward(*arrays)
-        grads = list(grads) if isinstance(grads, (list, tuple)) else [grads]
-        if len(grads) != len(xs):
-            raise ValueError(f"py_func: the backward function returned {len(grads)} gradients for {len(xs)} inputs")
-        return [np.zeros(s.shape, s.dtype) if g is None else _host_array(g, s)
-                for g, s, f in zip(grads, x_structs, floats) if f]
+    grad_structs = [s for s, f in zip(x_structs, floats) if f]
+    back_site = site + ("backward",)
 
+    def host_backward(ticket, *arrays):
+        def call():
+            grads = backward(*arrays)
+            grads = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+            if len(grads) != len(xs):
+                raise ValueError(f"py_func: the backward function returned {len(grads)} gradients for {len(xs)} "
+                                 "inputs")
+            return [np.zeros(s.shape, s.dtype) if g is None else _host_array(g, s)
+                    for g, s, f in zip(grads, x_structs, floats) if f]
+        return effects.call_once(np.asarray(ticket), back_site, arrays, call,
+                                 lambda: [np.zeros(s.shape, s.dtype) for s in grad_structs])
+
+    # The ticket is an argument (an integer: its cotangent is float0), not a closed-over tracer.
     @jax.custom_vjp
-    def run(*arrays):
-        return forward(*arrays)
+    def run(ticket, *arrays):
+        return forward(ticket, *arrays)
 
-    def run_fwd(*arrays):
-        outs = forward(*arrays)
-        return outs, (arrays, outs)
+    def run_fwd(ticket, *arrays):
+        outs = forward(ticket, *arrays)
+        return outs, (ticket, arrays, outs)
 
     def run_bwd(res, douts):
-        arrays, outs = res
+        ticket, arrays, outs = res
         args = ([a for a, k in zip(arrays, keep_x) if k] + [o for o, k in zip(outs, keep_out) if k]
                 + [d for d, k in zip(douts, keep_dout) if k])
-        got = iter(jax.pure_callback(host_backward, [s for s, f in zip(x_structs, floats) if f], *args))
-        return tuple(next(got) if f else np.zeros(s.shape, jax.dtypes.float0) for s, f in zip(x_structs, floats))
+        got = iter(jax.pure_callback(host_backward, grad_structs, ticket, *args))
+        return (np.zeros(ticket.shape, jax.dtypes.float0),) + tuple(
+            next(got) if f else np.zeros(s.shape, jax.dtypes.float0) for s, f in zip(x_structs, floats))
 
     run.defvjp(run_fwd, run_bwd)
-    return {"Out": list(run(*xs))}
+    return {"Out": list(run(ticket, *xs))}
 
 
 lod_aware("print")
