@@ -34,7 +34,7 @@ from . import effects, flags, host_init, interrupt, memory
 from .checks import (HostIndexCheck, StepChecks, bound_error, fed_source, grow_rooms, has_bound_checks, index_error,
                      specs_of)
 from .context import make_key
-from .feeds import check_feed, check_lod_feed
+from .feeds import check_feed, check_lod_feed, off_declaration, reinfer
 from .lod_value import LoDValue, bounds_from_feeds, to_host
 from .lod_tensor import LoDTensor
 from .lower import ops_with_sub_blocks, run_ops
@@ -128,6 +128,8 @@ class _Plan:
     committed_scope: Any = lambda: None    # weakref to the scope whose state was last put on the device
     check_infos: list = dataclasses.field(default_factory=list)   # filled when the step is traced
     empty_undefined: str | None = None     # an op type that cannot take an empty batch
+    unread_feeds: frozenset = frozenset()  # fed names no op of the step reads (an empty one is fine)
+    reinferred: dict = dataclasses.field(default_factory=dict)  # feeds off their declaration -> checked
     fixed_random_ops: frozenset = frozenset()  # random ops that draw the same numbers every run
     on_host: bool = False                  # a startup program run with NumPy (see host_init.py)
     place_state: Any = None                # puts state where a sharded step wants it (parallel.py)
@@ -781,6 +783,8 @@ class Executor:
         plan.feed_specs = tuple((n, dtypes.to_numpy(var.dtype), var.shape, var, tuple(host_checks.get(n, ())),
                                  _fast_tail(var.shape), len(var.shape))
                                 for n, var in ((n, block.var(n)) for n in feed_names))
+        read = {n for op in ops_with_sub_blocks(jit_ops + host_ops) for n in op.input_arg_names}
+        plan.unread_feeds = frozenset(n for n in feed_names if n not in read)
         return plan
 
     @staticmethod
@@ -839,25 +843,46 @@ class Executor:
     # -- feeds and state -----------------------------------------------------------------------
     def _check_feeds(self, plan: _Plan, feed: Mapping[str, Any]) -> tuple:
         out = []
+        off = None
         for name, want, declared, var, host_checks, tail, rank in plan.feed_specs:
             value = feed[name]
             if var.lod_level:
                 value = check_lod_feed(name, value, want, declared, var)
+                if not var.need_check_feed and off_declaration(value, want, declared):
+                    off = (off or []) + [(name, value, var)]
             # The common case in two comparisons (only the batch dim unknown, see _fast_tail); else
             # check_feed, which checks every known dim.
             elif not (value.__class__ is np.ndarray and value.dtype == want and value.shape[1:] == tail
                       and value.ndim == rank):
                 value = check_feed(name, value, want, declared, var)
+                # Paddle's feed rule: without need_check_feed the declaration is advice, and the
+                # program's shapes are re-inferred from the feed (once per signature, below).
+                if not var.need_check_feed and off_declaration(value, want, declared):
+                    off = (off or []) + [(name, value, var)]
             for check in host_checks:
                 check(value)
-            if plan.empty_undefined is not None and 0 in value.shape:
+            if plan.empty_undefined is not None and 0 in value.shape and name not in plan.unread_feeds:
                 raise FeedError(f"feed {name!r} has shape {tuple(value.shape)}: an empty batch, and op "
                                 f"{plan.empty_undefined!r} of this program has no defined result on an "
                                 "empty batch (a mean or statistic of nothing); feed at least one row")
             if self._device is not None:
                 value = jax.device_put(value, self._device)
             out.append(value)
+        if off is not None:
+            self._reinfer(plan, off)
         return tuple(out)
+
+    @staticmethod
+    def _reinfer(plan: _Plan, off: list) -> None:
+        """Shapes re-inferred for feeds off their (advisory) declaration: a ShapeError naming the
+        op an array cannot reach, before the step compiles; checked once per feed signature."""
+        key = tuple((n, _lod_free(v).shape, _lod_free(v).dtype.str) for n, v, _ in off)
+        if key in plan.reinferred:
+            return
+        reinfer(plan.program.global_block(), plan.host_ops + plan.ops, {n: (v, var) for n, v, var in off})
+        if len(plan.reinferred) > 256:
+            plan.reinferred.clear()
+        plan.reinferred[key] = True
 
     def _bind(self, plan: _Plan, scope: Scope, refresh: bool = False) -> tuple:
         """Where ``plan``'s state lives in ``scope``: (weakref to scope, mutable tensors, const
@@ -1122,6 +1147,11 @@ def _not_computed(plan: _Plan, name: str) -> str:
                 return (f"variable {name!r} was not computed: op {op.type!r} at {op.location} names it as "
                         f"output {slot}, but op {op.type!r} produces no value for that slot")
     return f"variable {name!r} was not computed by any op of the step"
+
+
+def _lod_free(value):
+    """The rows of a LoD value, or the value."""
+    return value.data if value.__class__ is LoDValue else value
 
 
 def _fast_tail(declared: tuple[int, ...]):
