@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 from .lr_decay_layers import create_global_var
-from .math_layers import topk
+from .math_layers import fluid1_one_element, topk
 from .tensor_layers import squeeze
 
 __all__ = ["warpctc", "ctc_greedy_decoder", "auc"]
@@ -73,5 +73,6 @@ def auc(input: Variable, label: Variable, curve: str = "ROC", num_thresholds: in
                          {"AUC": value, "StatPosOut": pos, "StatNegOut": neg},
                          {"curve": curve, "num_thresholds": int(num_thresholds), "slide_steps": int(steps)})
         results.append(value)
+    fluid1_one_element(*results)                 # Fluid 1.8's auc_op: SetOutputDim("AUC", {1})
     batch_auc, global_auc = results
     return global_auc, batch_auc, [batch_pos, batch_neg, stat_pos, stat_neg]

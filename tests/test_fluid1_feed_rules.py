@@ -236,3 +236,18 @@ def test_a_paddle_2x_program_keeps_its_0d_results():
     got_avg, got_total = exe.run(program, feed={"x": xs}, fetch_list=[avg.name, total.name])
     assert got_avg.shape == () and got_total.shape == ()
     assert float(got_avg) == pytest.approx(2.5) and got_avg[0] == pytest.approx(2.5) and float(got_total) == 15
+
+
+def test_auc_results_are_shape_one():
+    main, startup = _programs()
+    with fluid.program_guard(main, startup), fj.unique_name.guard():
+        p = fluid.layers.data("p", shape=[1], dtype="float32")
+        label = fluid.layers.data("label", shape=[1], dtype="int64")
+        global_auc, batch_auc, _ = fluid.layers.auc(fluid.layers.concat([1 - p, p], axis=1), label,
+                                                    num_thresholds=63)
+    assert global_auc.shape == batch_auc.shape == (1,)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    feed = {"p": np.array([[0.1], [0.8], [0.6], [0.3]], "float32"), "label": np.array([[0], [1], [1], [0]], "int64")}
+    got, batch = exe.run(main, feed=feed, fetch_list=[global_auc, batch_auc])
+    assert got.shape == batch.shape == (1,) and np.array(got)[0] == pytest.approx(1.0)
