@@ -15,7 +15,7 @@ from typing import Sequence
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
 from .layer_args import activate
-from .math_layers import _reduce_layer
+from .math_layers import _reduce_layer, fluid1_one_element
 
 __all__ = ["bmm", "kron", "dot", "t", "index_select", "index_sample", "dist", "tril", "triu", "flip", "reverse",
            "roll", "argsort", "reduce_all", "reduce_any", "has_inf", "has_nan", "allclose", "elementwise_equal",
@@ -117,16 +117,18 @@ def argsort(input: Variable, axis: int = -1, descending: bool = False, name: str
 def _any_where(op_type: str, x: Variable) -> Variable:
     helper = LayerHelper(op_type)
     flags = helper.simple_op(op_type, {"X": x}, dtype="bool")
-    return helper.simple_op("reduce_any", {"X": flags}, {"dim": [], "keep_dim": False, "reduce_all": True})
+    # Fluid 1.8's isinf/isnan ops gave shape [1] (isfinite_op: SetOutputDim("Out", {1}))
+    return fluid1_one_element(
+        helper.simple_op("reduce_any", {"X": flags}, {"dim": [], "keep_dim": False, "reduce_all": True}))
 
 
 def has_inf(x: Variable) -> Variable:
-    """Whether any entry of x is ±inf (a bool)."""
+    """Whether any entry of x is ±inf (a bool of shape [1], Fluid 1.x's)."""
     return _any_where("isinf_v2", x)
 
 
 def has_nan(x: Variable) -> Variable:
-    """Whether any entry of x is NaN (a bool)."""
+    """Whether any entry of x is NaN (a bool of shape [1], Fluid 1.x's)."""
     return _any_where("isnan_v2", x)
 
 

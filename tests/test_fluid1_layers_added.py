@@ -49,8 +49,8 @@ CASES = {
     "reduce_any": (lambda x, y: L.reduce_any(L.greater_than(x, y), dim=1), lambda x, y: np.any(x > y, 1)),
     # a full reduction is Fluid 1.x's shape [1] (reduce_op with reduce_all: {1})
     "reduce_all": (lambda x, y: L.reduce_all(L.greater_than(x, y)), lambda x, y: np.all(x > y).reshape(1)),
-    "has_nan": (lambda x, y: L.has_nan(L.log(x)), lambda x, y: np.isnan(np.log(x)).any()),
-    "has_inf": (lambda x, y: L.has_inf(x), lambda x, y: np.isinf(x).any()),
+    "has_nan": (lambda x, y: L.has_nan(L.log(x)), lambda x, y: np.isnan(np.log(x)).any().reshape(1)),  # [1]
+    "has_inf": (lambda x, y: L.has_inf(x), lambda x, y: np.isinf(x).any().reshape(1)),
     "allclose": (lambda x, y: L.allclose(x, x), lambda x, y: np.bool_(True)),
     "elementwise_equal": (lambda x, y: L.elementwise_equal(x, x), lambda x, y: np.ones_like(x, bool)),
     "logsumexp": (lambda x, y: L.logsumexp(x, dim=1), lambda x, y: np.log(np.exp(x).sum(1))),
