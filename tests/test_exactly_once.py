@@ -284,6 +284,38 @@ def test_a_failed_check_prints_nothing_and_keeps_first_n(capfd):
     assert func.n == 3
 
 
+def test_a_training_run_calls_py_func_forward_and_backward_once():
+    """The gradient of a py_func takes the forward's Out from the grad op instead of recomputing
+    the forward: each function is called once a run, as in Fluid (the generic grad rule called
+    the forward function a second time)."""
+    calls = {"forward": 0, "backward": 0}
+
+    def forward(x):
+        calls["forward"] += 1
+        return np.tanh(np.asarray(x))
+
+    def backward(x, y, dy):
+        calls["backward"] += 1
+        return np.asarray(dy) * (1 - np.asarray(y) ** 2)
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data("x", [-1, 4], "float32")
+        x.stop_gradient = False
+        t = main.global_block().create_var(name="t", shape=[-1, 4], dtype="float32")
+        L.py_func(forward, x, t, backward_func=backward)
+        loss = L.reduce_sum(L.elementwise_mul(t, t))
+        fluid.backward.append_backward(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    xv = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    for run in range(1, 3):
+        got, grad = exe.run(main, feed={"x": xv}, fetch_list=[loss, "x@GRAD"])
+        assert calls == {"forward": run, "backward": run}
+    tv = np.tanh(xv)
+    np.testing.assert_allclose(got, (tv * tv).sum(), rtol=1e-6)
+    np.testing.assert_allclose(grad, 2 * tv * (1 - tv * tv), rtol=1e-5)
+
+
 # -- fj.compiled_memory before anything is allocated (issue 27, item 6) ---------------------------
 def _mlp():
     main, startup = fluid.Program(), fluid.Program()

@@ -25,7 +25,7 @@ import numpy as np
 from ...ir import dtypes
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
-from .. import effects
+from .. import effects, paddle_grads
 from ..lod_value import LoDValue
 from ..lower import lod_aware
 from ._errors import _fail
@@ -167,15 +167,37 @@ def py_func(ctx):
     ticket = effects.traced_ticket()
     if int(ctx.attr("backward_callable_id")) < 0:
         return {"Out": [jax.lax.stop_gradient(o) for o in forward(ticket, *xs)]}
+    call_backward = _backward_call(ctx, xs, [v.name for v in out_vars], site)
+
+    # The ticket is an argument (an integer: its cotangent is float0), not a closed-over tracer.
+    @jax.custom_vjp
+    def run(ticket, *arrays):
+        return forward(ticket, *arrays)
+
+    def run_fwd(ticket, *arrays):
+        outs = forward(ticket, *arrays)
+        return outs, (ticket, arrays, outs)
+
+    def run_bwd(res, douts):
+        ticket, arrays, outs = res
+        return (np.zeros(ticket.shape, jax.dtypes.float0),) + call_backward(ticket, arrays, outs, douts)
+
+    run.defvjp(run_fwd, run_bwd)
+    return {"Out": list(run(ticket, *xs))}
+
+
+def _backward_call(ctx, xs, out_names, site):
+    """``call(ticket, xs, outs, douts)``: the gradients of ``xs`` from the op's backward function
+    (called with X, Out and the Out gradients, less ``backward_skip_vars``) on the host; float0
+    zeros for inputs that are not floats."""
     backward = _callable(ctx, "backward_callable_id")
     skip = set(ctx.attr("backward_skip_vars") or ())
-    x_names, out_names = ctx.op.inputs.get("X", []), [v.name for v in out_vars]
+    x_names = ctx.op.inputs.get("X", [])
     keep_x = [n not in skip for n in x_names]
     keep_out = [n not in skip for n in out_names]
     keep_dout = [n + "@GRAD" not in skip for n in out_names]
     x_structs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
     floats = [jnp.issubdtype(x.dtype, jnp.inexact) for x in xs]
-
     grad_structs = [s for s, f in zip(x_structs, floats) if f]
     back_site = site + ("backward",)
 
@@ -191,25 +213,35 @@ def py_func(ctx):
         return effects.call_once(np.asarray(ticket), back_site, arrays, call,
                                  lambda: [np.zeros(s.shape, s.dtype) for s in grad_structs])
 
-    # The ticket is an argument (an integer: its cotangent is float0), not a closed-over tracer.
-    @jax.custom_vjp
-    def run(ticket, *arrays):
-        return forward(ticket, *arrays)
-
-    def run_fwd(ticket, *arrays):
-        outs = forward(ticket, *arrays)
-        return outs, (ticket, arrays, outs)
-
-    def run_bwd(res, douts):
-        ticket, arrays, outs = res
+    def call_backward(ticket, arrays, outs, douts):
         args = ([a for a, k in zip(arrays, keep_x) if k] + [o for o, k in zip(outs, keep_out) if k]
                 + [d for d, k in zip(douts, keep_dout) if k])
         got = iter(jax.pure_callback(host_backward, grad_structs, ticket, *args))
-        return (np.zeros(ticket.shape, jax.dtypes.float0),) + tuple(
-            next(got) if f else np.zeros(s.shape, jax.dtypes.float0) for s, f in zip(x_structs, floats))
+        return tuple(next(got) if f else np.zeros(s.shape, jax.dtypes.float0) for s, f in zip(x_structs, floats))
 
-    run.defvjp(run_fwd, run_bwd)
-    return {"Out": list(run(ticket, *xs))}
+    return call_backward
+
+
+def _py_func_grad(ctx):
+    """``py_func_grad`` without recomputing the forward: the grad op holds the forward's Out, so the
+    backward function gets them as they were, and the forward function is called once a run (as in
+    Fluid), not again by the generic rule's recomputation."""
+    xs = [x.data if x.__class__ is LoDValue else x for x in ctx.inputs("X")]
+    outs = [o.data if o.__class__ is LoDValue else o for o in ctx.inputs("Out")]
+    given = ctx.inputs("Out@GRAD")
+    douts = [jnp.zeros_like(o) if j >= len(given) or given[j] is None
+             else jnp.asarray(given[j].data if given[j].__class__ is LoDValue else given[j], o.dtype).reshape(o.shape)
+             for j, o in enumerate(outs)]
+    grads = _backward_call(ctx, xs, ctx.op.inputs.get("Out", []), effects.site_of(ctx.op, "py_func"))(
+        effects.traced_ticket(), xs, outs, douts)
+    return {"X@GRAD": [g if jnp.issubdtype(x.dtype, jnp.inexact) else None for g, x in zip(grads, xs)]}
+
+
+def _py_func_grad_applies(op) -> bool:
+    return bool(op.inputs.get("Out")) and int(op.attrs.get("backward_callable_id", -1)) >= 0
+
+
+paddle_grads.DIRECT["py_func"] = (_py_func_grad_applies, _py_func_grad)
 
 
 lod_aware("print")
