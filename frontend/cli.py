@@ -1,4 +1,4 @@
-"""The ``fluidjax`` command line: inspect, run, export and convert saved Paddle models; the demo.
+"""The ``fluidjax`` command line: inspect, run, export, convert and compile saved Paddle models; the demo.
 
 MODEL is a path prefix (``dir/inference`` for ``inference.pdmodel`` + ``inference.pdiparams``) or
 a directory (Fluid 1.x ``__model__`` with one file per variable or a combined ``__params__``, or a
@@ -70,6 +70,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("output", metavar="OUT", help="a path prefix (combined) or a directory (per-file)")
     p.add_argument("--to", choices=("combined", "per-file"), default=None,
                    help="the layout to write (default: the other one than MODEL's)")
+
+    p = sub.add_parser("compile", help="save compiled executables beside a saved model (no compile at load)",
+                       epilog=_EPILOG, description="Compile a saved model for the given input shapes and write "
+                       "XLA's executables beside it (NAME.fjexec): load_inference_model then runs it without "
+                       "tracing or compiling. Executables are native code: share them only as you would a "
+                       "shared library. Repeat --feed-shape for each input; naming an input again starts "
+                       "another set of shapes (another executable).")
+    _add_model(p)
+    p.add_argument("--feed-shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                   help="an input's shape (default: its declared shape, -1 dims as 1)")
+    p.add_argument("--optimize", choices=("both", "on", "off"), default="both",
+                   help="for load_inference_model(optimize=True), (optimize=False), or both (default)")
 
     sub.add_parser("demo", help="train the seed's model and run it (python -m fluidjax demo --help)",
                    add_help=False)
@@ -228,7 +240,32 @@ def cmd_convert(args) -> int:
     return 0
 
 
-_COMMANDS = {"inspect": cmd_inspect, "run": cmd_run, "export": cmd_export, "convert": cmd_convert}
+def cmd_compile(args) -> int:
+    from . import io as fio
+    from .io.compiled import parse_feed_shape
+
+    signatures: list[dict] = []
+    for item in args.feed_shape:
+        name, shape = parse_feed_shape(item)
+        if not signatures or name in signatures[-1]:
+            signatures.append({})
+        signatures[-1][name] = shape
+    paths = fio.resolve_model_paths(args.model, args.model_filename, args.params_filename)
+    if not os.path.exists(paths[0]):
+        raise CommandError(f"no model at {args.model!r} (looked for {paths[0]})")
+    optimize = {"both": (False, True), "on": (True,), "off": (False,)}[args.optimize]
+    path = fio.compile_saved_model(args.model, signatures or None, model_filename=args.model_filename,
+                                   params_filename=args.params_filename, optimize=optimize)
+    shapes = "; ".join(", ".join(f"{n}={'x'.join(map(str, s))}" for n, s in sig.items()) for sig in signatures) \
+        or "declared shapes, -1 as 1"
+    print(f"wrote {path} ({os.path.getsize(path):,} bytes): {len(signatures) or 1} feed signature(s) [{shapes}] x "
+          f"{len(optimize)} variant(s) (optimize={args.optimize}); load_inference_model uses them. Executables are "
+          "native code: trust the file as you would a shared library")
+    return 0
+
+
+_COMMANDS = {"inspect": cmd_inspect, "run": cmd_run, "export": cmd_export, "convert": cmd_convert,
+             "compile": cmd_compile}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

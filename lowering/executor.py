@@ -41,6 +41,7 @@ from .lower import ops_with_sub_blocks, run_ops
 from .parallel import CompiledProgram
 from .places import Place
 from .fetched import fetched_array
+from . import compiled_models
 from .scope import Scope, global_scope, state_lock
 from .signals import deferred_signals
 
@@ -678,7 +679,8 @@ class Executor:
                 plan.step = program._compile_step(self, plan)
             else:
                 plan = self._make_plan(program, feed_names, fetch_names)
-                plan.step = self._compile(plan)
+                # a loaded model's saved executables, when it has some for this plan (compiled_models.py)
+                plan.step = compiled_models.wrap_step(program, plan, self._compile(plan), self._device)
             # A program changed since its older plans were made: they can never run again, so
             # free their compiled code (a notebook that builds and runs in turns would pile them up).
             for store in (plans, calls):

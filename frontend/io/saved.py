@@ -43,13 +43,14 @@ from ..layer_args import with_fluid_keywords
 from ..passes import optimize_inference
 from .atomic import AtomicFiles, ManifestCheck, read_verified
 from .checks import SUPPORTED_OP_VERSIONS, check_program, names_of, ops_needed
+from .compiled import attach_compiled, compile_variants, remove_compiled
 from .export import export_program
 from .tensor_stream import TensorReader, describe_foreign, refuse_pickle, write_tensor
 
 __all__ = ["save_inference_model", "load_inference_model", "save_persistables", "load_persistables",
            "save_params", "load_params", "save_vars", "load_vars", "export", "feed_target_names",
            "fetch_target_names", "resolve_model_paths", "persistable_vars", "read_program", "save_program_files",
-           "PROGRAM_VERSION"]
+           "PROGRAM_VERSION", "compile_saved_model"]
 
 # ProgramDesc.version Paddle 2.6.2 writes (major*1e6 + minor*1e3 + patch).
 PROGRAM_VERSION = 2006002
@@ -391,7 +392,7 @@ def inference_program_desc(program: Program, feed_names: Sequence[str], fetch_na
 def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, main_program: Program | None = None,
                          model_filename: str | None = None, params_filename: str | None = None,
                          export_for_deployment: bool = True, program_only: bool = False, *,
-                         program: Program | None = None, scope: Scope | None = None, **kwargs):
+                         program: Program | None = None, scope: Scope | None = None, compiled=False, **kwargs):
     """Save the inference part of a program: Paddle 2's ``paddle.static.save_inference_model``
     or Fluid 1.x's ``fluid.io.save_inference_model``, told apart as the two APIs required:
 
@@ -407,6 +408,12 @@ def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, main
     name it, the default main program otherwise; the values come from ``scope`` (the global scope
     by default). Every file is written to a temporary first and renamed into place only when all
     are complete. :func:`load_inference_model` reads both layouts.
+
+    ``compiled=True`` also writes the model's compiled executables beside it (``name.fjexec``, for
+    every ``-1`` dim 1; or give ``compiled={"x": (8, 784)}`` or a list of such dicts): a later load
+    runs without tracing or compiling (:func:`compile_saved_model`).
+    An executable is native code: trust such a file as you would a shared library. A save without
+    ``compiled`` removes the compiled file of the model it replaces.
 
     >>> # fj.io.save_inference_model("out/mlp", [x], [prob], exe)   # out/mlp.pdmodel, out/mlp.pdiparams
     >>> # fj.io.save_inference_model("out/mlp", ["x"], [prob], exe) # out/mlp/__model__, out/mlp/fc_0.w_0, ...
@@ -449,7 +456,49 @@ def save_inference_model(path_prefix: str, feed_vars, fetch_vars, executor, main
         files.commit()
     finally:
         files.abort()
+    _save_compiled(path_prefix, model_filename if fluid_layout else None, params_filename if fluid_layout else None,
+                   compiled)
     return fetch_target_names(saved) if fluid_layout else None
+
+
+def _save_compiled(path_prefix: str, model_filename, params_filename, compiled) -> None:
+    """save_inference_model's compiled executables (``compiled``: True, or the feed shapes), or
+    the removal of the replaced model's."""
+    if compiled is False or compiled is None:
+        remove_compiled(resolve_model_paths(path_prefix, model_filename, params_filename)[0])
+    else:
+        compile_saved_model(path_prefix, None if compiled is True else compiled, model_filename=model_filename,
+                            params_filename=params_filename)
+
+
+def compile_saved_model(path_prefix: str, feed_shapes=None, *, model_filename: str | None = None,
+                        params_filename: str | None = None, optimize=(False, True)) -> str:
+    """Compile the saved model at ``path_prefix`` for ``feed_shapes`` and write XLA's executables
+    beside it (``name.fjexec``, see :mod:`.compiled`); return that file's path. A later
+    :func:`load_inference_model` hands them to the program: a run of those shapes neither traces
+    nor compiles. ``fluidjax compile`` and ``save_inference_model(..., compiled=...)`` call this.
+
+    ``feed_shapes``: None (every ``-1`` dim of every input becomes 1), a dict ``{input name: shape}``
+    (a tuple, or ``"1x3x224x224"``; inputs not named get their declared shape, ``-1`` as 1), or a
+    list of such dicts (one executable each). ``optimize``: the variants of
+    ``load_inference_model(..., optimize=...)`` to compile (both by default; each is its own
+    program). Executables already in the file for other keys are kept when this same
+    jax/fluidjax/device/XLA flags made them. Each executable is loaded back and run once on zeros
+    before it is written, and must equal the freshly compiled step bit for bit; a step that cannot
+    be saved (host callbacks, while loops, several devices) is a ``NotOfferedError``. Executables
+    are native code: trust the file as you would a shared library.
+
+    >>> # fj.io.compile_saved_model("out/net", [{"image": (1, 3, 224, 224)}, {"image": (8, 3, 224, 224)}])
+    """
+    model = resolve_model_paths(path_prefix, model_filename, params_filename)[0]
+
+    def load(opt: bool):
+        scope = Scope()
+        program, feeds, fetches = load_inference_model(path_prefix, None, model_filename, params_filename,
+                                                       scope=scope, optimize=opt, compiled=False)
+        return program, feeds, fetches, scope
+
+    return compile_variants(model, load, feed_shapes, optimize)
 
 
 _PIR_HINT = ("Paddle 3's PIR programs (.json) are not read by fluidjax; save the model with Paddle 2.6, or with "
@@ -529,7 +578,7 @@ def resolve_model_paths(path_prefix: str, model_filename: str | None = None,
 @with_fluid_keywords({"dirname": "path_prefix"})
 def load_inference_model(path_prefix: str, executor=None, model_filename: str | None = None,
                          params_filename: str | None = None, pserver_endpoints=None, scope: Scope | None = None,
-                         optimize: bool = False) -> list:
+                         optimize: bool = False, compiled: bool = True) -> list:
     """Load a saved inference model: ``[program, feed_target_names, fetch_targets]``.
 
     ``optimize=True`` returns the program after :func:`fluidjax.passes.optimize_inference`
@@ -543,9 +592,16 @@ def load_inference_model(path_prefix: str, executor=None, model_filename: str | 
     global scope by default) only after every one was read and checked. The program is checked
     first (:func:`check_program`): unimplemented ops and too-new op versions are refused.
 
+    A compiled file beside the model (``save_inference_model(..., compiled=True)``, ``fluidjax
+    compile``) gives the program its executables: a run whose feed shapes were compiled for
+    neither traces nor compiles. Stale, foreign or damaged ones are skipped with a
+    ``CompiledModelWarning`` (the run compiles). ``compiled=False`` ignores the file: an
+    executable is native code, as trustworthy as whoever wrote the file.
+
     >>> # program, feeds, fetches = fj.io.load_inference_model("out/mlp", exe)
     >>> # prob, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches)
     """
+    device = getattr(executor, "_device", None)     # where its compiled executables will run
     del executor
     if pserver_endpoints:
         raise NotOfferedError("load_inference_model(pserver_endpoints=...): distributed lookup tables on parameter "
@@ -573,6 +629,8 @@ def load_inference_model(path_prefix: str, executor=None, model_filename: str | 
     if optimize:
         program = optimize_inference(program, scope)
     fetches = [program.global_block().var(n) for n in fetch_target_names(program)]
+    if compiled:
+        attach_compiled(program, model, device)
     return [program, feeds, fetches]
 
 
