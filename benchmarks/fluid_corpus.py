@@ -19,7 +19,9 @@ Images, archives and files over 2 MB are left out.
 **How a script runs** is ``book_scripts.py``'s machinery: its own subprocess (``nice``d as the
 parent), its folder as working directory, a generated ``paddle`` package first on ``sys.path``
 (``paddle.fluid`` and every ``paddle.fluid.*`` path = fluidjax's, ``paddle.dataset.*`` small
-synthetic readers; ``benchmarks/corpus_shim/`` adds ``paddle.compat`` and a Pillow-backed ``cv2``).
+synthetic readers; ``benchmarks/corpus_shim/`` adds ``paddle.compat``, ``paddle.dataset.image``, a
+Pillow-backed ``cv2``, ``pycocotools.coco``, ``wget`` (refuses downloads) and a synthetic
+``gym`` + ``atari_py`` game).
 Sizes and steps are set through the scripts' own flags (epochs, batch size, step caps, tiny
 hidden sizes); where a script reads data files, the runner writes small synthetic files of the
 real format into a scratch folder and points the script's flags at them (``DATA``); a script
@@ -670,7 +672,8 @@ def run_one(spec: dict, corpus: str, shim: str, python: str, timeout: float, log
                 os.symlink(os.path.join(src, entry), os.path.join(data, entry))
         spec = dict(spec, cwd=data)
     run = dict(spec, args=[a.replace("{data}", data) for a in spec.get("args", [])], data=spec.get("book", {}),
-               env=dict(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu", BOOK_STUBS=",".join(STUBS), **spec.get("env", {})))
+               env={"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu", "BOOK_STUBS": ",".join(STUBS),
+                    **spec.get("env", {})})
     r = book_scripts.run_script(corpus, run, shim, python, min(timeout, spec.get("timeout", timeout)), logs)
     r["_script_dir"] = os.path.dirname(os.path.join(corpus, spec["path"]))
     r["target"], r["path"], r["endless"] = spec["target"], spec["path"], spec.get("endless", False)
