@@ -84,6 +84,44 @@ def test_a_run_whose_array_room_grows_prints_and_calls_py_func_once(capfd):
     assert func.n == 2 and capfd.readouterr().out.count("message: outside the loop") == 1
 
 
+def test_runs_on_several_threads_each_report_to_their_own_run(capfd):
+    """Callbacks run on XLA's threads; each carries its run's ticket. Two threads, each running
+    its own room-growing program (own Executor and scope) three times at once: every run prints
+    once and calls its py_func once (the first run of each is done again)."""
+    import threading
+
+    xv = np.arange(6, dtype="float32").reshape(2, 3)
+    errors, results = [], {}
+
+    def work(k):
+        try:
+            func, (main, startup, fetch) = programs[k]
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(startup, scope=scope)
+            got = [exe.run(main, feed={"x": xv * (k + 1), "n": np.array([100])}, fetch_list=fetch, scope=scope)
+                   for _ in range(3)]
+            results[k] = (func.n, got)
+        except BaseException as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+
+    programs = [(f, _room_program(f)) for f in (_Calls(), _Calls())]   # (program_guard is not per thread)
+    capfd.readouterr()
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    out = capfd.readouterr().out
+    assert out.count("message: outside the loop") == 6, out
+    for k, (calls, got) in results.items():
+        assert calls == 3
+        for length, last, total in got:
+            assert int(length) == 100
+            np.testing.assert_allclose(last, [99 * (2 * xv * (k + 1)).sum()])
+    assert out.count("  - data: [0 1 2 3 4 5]") == 3 and out.count("  - data: [0 2 4 6 8 10]") == 3
+
+
 def _expand(rows: np.ndarray, x_lengths, y_lengths) -> tuple[np.ndarray, list]:
     """sequence_expand in NumPy: x's sequence k repeated y_lengths[k] times."""
     starts = np.concatenate([[0], np.cumsum(x_lengths)])
@@ -221,14 +259,21 @@ def test_an_abandoned_run_prints_nothing(capfd):
     """An interrupt (a signal handler's exception) abandons the run: its step, still finishing in
     a worker, prints nothing; a run stopped at FLAGS_max_while_iterations prints nothing. The
     py_func's call before the interrupt cannot be undone, but it is the only one."""
-    func = _Calls()
+    class _Arming(_Calls):
+        """Starts the clock when the step runs (after any tracing and compiling)."""
+
+        def __call__(self, a):
+            if armed[0] and self.n == 0:
+                signal.setitimer(signal.ITIMER_REAL, 0.3)
+            return super().__call__(a)
+
+    armed = [True]
+    func = _Arming()
     main, startup, fetch = _forever(func)
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup)
     feed = {"x": np.ones((3, 2), np.float32)}
-    exe.lower(main, feed=feed, fetch_list=fetch).compile()      # compiled before the clock starts
     capfd.readouterr()
-    armed = [True]
 
     def handler(signum, frame):
         if armed[0]:
@@ -237,7 +282,6 @@ def test_an_abandoned_run_prints_nothing(capfd):
 
     previous = signal.signal(signal.SIGALRM, handler)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.5)
         with pytest.raises(_Stop):
             exe.run(main, feed=feed, fetch_list=fetch)
     finally:
