@@ -200,6 +200,9 @@ CONSUMERS = {
     "stack0": lambda v: L.stack([v, v], axis=0),
     "flip": lambda v: L.flip(v, [0]),
     "topk": lambda v: L.topk(v, 1)[0],
+    "unique": lambda v: L.unique(v)[0],
+    "cond": lambda v: L.cond(L.less_than(L.reduce_sum(L.cast(L.shape(v), "float32")), L.fill_constant([1], "float32", 4.0)),
+                             lambda: L.scale(v, 2.0), lambda: L.scale(v, -1.0)),
 }
 
 
@@ -249,9 +252,12 @@ def _run_chain(x, mask, source, chain):
     if theirs is None:
         return
     for name, a, e in zip(["source"] + chain, ours, theirs):
+        fluid_one = e.ndim == 0 and np.shape(a) == (1,)
         a, e = _fluid_shape(np.asarray(a), e)
         assert a.shape == e.shape, (source, chain, name, a, e)
         np.testing.assert_allclose(a, e.astype(a.dtype), rtol=1e-5, atol=1e-5, err_msg=f"{source} {chain} {name}")
+        if fluid_one:                     # Fluid's [1] against Paddle 2's 0-d: what follows differs
+            break                         # by that shape alone (shape() gives [1] against [])
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
