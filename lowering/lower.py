@@ -291,6 +291,13 @@ def _count_rule(opdef, op, values: dict, env) -> tuple[LoDValue | None, frozense
             if roles.get(slot) not in registry.COUNT_ROLES:
                 raise _count_refusal(op, slot, op.inputs[slot][i], v, env)
     rows = [v for slot, i, v in found if roles.get(slot) == "rows"]
+    if len({id(v.offsets[-1]) for v in rows}) > 1:
+        # Rows of several counted values (a + b of two masked_selects): Paddle needs their counts
+        # equal; the smaller is kept, so no padding row of either is ever a result row.
+        count = rows[0].row_count().astype(jnp.int32)
+        for v in rows[1:]:
+            count = jnp.minimum(count, v.row_count().astype(jnp.int32))
+        rows = [LoDValue(rows[0].data, (jnp.stack([jnp.zeros((), jnp.int32), count]),))]
     tables = tuple((slot, i, v) for slot, i, v in found if roles.get(slot) == "table" and not grad)
     return ((rows[0] if rows else None), frozenset((slot, i) for slot, i, v in found if roles.get(slot) == "count"),
             tables)
@@ -375,7 +382,6 @@ def _count_origin(op, name: str, env):
             return origin
         name, index = nxt, writer
     return origin
-
 
 
 def _declared_one(op, name: str) -> bool:

@@ -314,3 +314,9 @@ def test_gather_past_the_count_is_refused_at_run_time():
     with pytest.raises(fj.BoundExceededError) as info:
         _ours(main, [out], {"x": X, "i": np.array([4], "int64")})
     assert "'gather'" in str(info.value) and "'where_index'" in str(info.value) and "got 4" in str(info.value)
+
+
+def test_two_counted_inputs_of_a_rowwise_op():
+    """a + b of two masked_selects with equal counts: Paddle's rows; the count is the rows'."""
+    _check_paddle(lambda x, m: L.elementwise_add(_ms(x, m), _ms(L.scale(x, 3.0), L.less_than(x, L.fill_constant(
+        [1], "float32", 0.0)))))
