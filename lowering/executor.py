@@ -555,7 +555,11 @@ class Executor:
         scope = global_scope() if scope is None else scope
         with _state_lock(scope):
             _, _, plan, args = self._prepare(program, feed, fetch_list, scope, abstract=True)
-        figures = self._step_figures(plan, args)
+        if plan.place_state is not None and any(isinstance(v, jax.ShapeDtypeStruct) for v in args[0] + args[1]):
+            # a data-parallel step with abstract state: its jit lowered directly (no state to place)
+            figures = memory.step_figures(plan.step.jitted.lower(*args).compile())
+        else:
+            figures = self._step_figures(plan, args)
         if figures is None:
             raise NotImplementedError(f"XLA gives no memory analysis of compiled steps on "
                                       f"{self._device or jax.local_devices()[0]}")
@@ -1057,7 +1061,10 @@ def _declared_state(plan: _Plan, device=None) -> tuple[tuple, tuple]:
     """``plan``'s (mutable, const) state as ``jax.ShapeDtypeStruct``s of the variables' declared
     shapes and dtypes, on ``device`` (the default one when None), as the step sees the scope's."""
     block = plan.program.global_block()
-    sharding = jax.sharding.SingleDeviceSharding(device or jax.local_devices()[0])
+    single = jax.sharding.SingleDeviceSharding(device or jax.local_devices()[0])
+    # a data-parallel step's state has the shardings its step wants (parallel.ShardedStep)
+    placed = dict(zip(plan.mutable_state, getattr(plan.step, "mutable", ()))) if plan.place_state else {}
+    placed.update(zip(plan.const_state, getattr(plan.step, "const", ())) if plan.place_state else ())
 
     def struct(name):
         var = block.var(name)
@@ -1067,7 +1074,7 @@ def _declared_state(plan: _Plan, device=None) -> tuple[tuple, tuple]:
             raise UninitializedVariableError(
                 f"variable {name!r}{where} has no value in the scope, and its declared shape {list(var.shape)} "
                 "does not fix its size: run the startup program first, e.g. exe.run(fj.default_startup_program())")
-        return jax.ShapeDtypeStruct(tuple(var.shape), dtypes.to_numpy(var.dtype), sharding=sharding)
+        return jax.ShapeDtypeStruct(tuple(var.shape), dtypes.to_numpy(var.dtype), sharding=placed.get(name, single))
 
     return tuple(map(struct, plan.mutable_state)), tuple(map(struct, plan.const_state))
 

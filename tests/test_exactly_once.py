@@ -417,3 +417,43 @@ def test_compiled_memory_of_state_without_a_fixed_shape_says_to_run_the_startup_
     with fluid.scope_guard(fluid.Scope()):
         with pytest.raises(fluid.UninitializedVariableError, match="run the startup program"):
             fluid.compiled_memory(main, {"x": np.ones((2, 4), np.float32)}, fetch_list=[out])
+
+
+_DATA_PARALLEL = """
+import json
+import numpy as np
+import fluidjax as fluid
+L = fluid.layers
+main, startup = fluid.Program(), fluid.Program()
+with fluid.program_guard(main, startup):
+    x = fluid.data("x", [-1, 32], "float32")
+    loss = L.mean(L.fc(L.fc(x, 64, act="relu"), 16))
+    fluid.optimizer.Adam(0.01).minimize(loss)
+cp = fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name)
+feed = {"x": np.ones((8, 32), np.float32)}
+with fluid.scope_guard(fluid.Scope()):
+    before = fluid.compiled_memory(cp, feed, fetch_list=[loss])
+    empty = fluid.global_scope().local_var_names() == []
+exe, scope = fluid.Executor(), fluid.Scope()
+exe.run(startup, scope=scope)
+after = fluid.compiled_memory(cp, feed, scope=scope, fetch_list=[loss], executor=exe)
+import jax
+print(json.dumps({"devices": jax.device_count(), "before": before, "after": after, "empty": empty}))
+"""
+
+
+def test_compiled_memory_of_a_data_parallel_program_before_allocating():
+    """The same for a CompiledProgram over two (host) devices: abstract state takes the shardings
+    its step wants."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _DATA_PARALLEL], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["devices"] == 2 and got["empty"]
+    assert got["before"] == got["after"] and got["before"]["argument_bytes"] > 0
