@@ -207,7 +207,9 @@ def _fold_plan(bn: Operator, producer, readers, writers, keep, scope):
     scale = stats["Scale"] if stats["Scale"] is not None else np.ones(channels)
     shift = stats["Bias"] if stats["Bias"] is not None else np.zeros(channels)
     factor = scale / np.sqrt(stats["Variance"] + float(bn.attr("epsilon", 1e-5)))
-    new_weight = (weight.astype(np.float64) * factor[:, None, None, None]).astype(weight.dtype)
+    # computed in float64, rounded once into the filter's dtype: one pass, no float64 copy of the filter
+    new_weight = np.empty(weight.shape, weight.dtype)
+    np.multiply(weight, factor[:, None, None, None], out=new_weight, dtype=np.float64, casting="same_kind")
     new_bias = ((bias0 - stats["Mean"]) * factor + shift).astype(weight.dtype)
     return {"conv": conv, "add": add, "conv_out": conv_out, "filter": filter_name, "x": x, "y": y,
             "weight": new_weight, "bias": new_bias, "axis": 1 if layout == "NCHW" else 3}
