@@ -278,7 +278,8 @@ def _count_rule(opdef, op, values: dict, env) -> tuple[LoDValue | None, frozense
     :class:`DataDependentShapeError` naming both ops: it would read the capacity, or mix the
     padding rows into its result. Grad ops never refuse (their forward op did or did not); one
     without roles keeps the count on outputs of the counted input's rows, as before."""
-    found = [(slot, i, v) for slot, vals in values.items() for i, (name, v) in enumerate(zip(op.inputs.get(slot, ()), vals))
+    found = [(slot, i, v) for slot, vals in values.items()
+             for i, (name, v) in enumerate(zip(op.inputs.get(slot, ()), vals))
              if v.__class__ is LoDValue and not _declared_lod(op, name)]
     if not found:
         return None, frozenset(), ()
@@ -376,8 +377,9 @@ def _count_origin(op, name: str, env):
         if writer is None:
             return origin
         origin = ops[writer]
+        lookup = getattr(env, "get", lambda _: None)
         nxt = next((n for n in origin.input_arg_names
-                    if getattr(env, "get", lambda _: None)(n).__class__ is LoDValue and not _declared_lod(origin, n)), None)
+                    if lookup(n).__class__ is LoDValue and not _declared_lod(origin, n)), None)
         if nxt is None:
             return origin
         name, index = nxt, writer

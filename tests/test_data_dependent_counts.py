@@ -201,7 +201,8 @@ CONSUMERS = {
     "flip": lambda v: L.flip(v, [0]),
     "topk": lambda v: L.topk(v, 1)[0],
     "unique": lambda v: L.unique(v)[0],
-    "cond": lambda v: L.cond(L.less_than(L.reduce_sum(L.cast(L.shape(v), "float32")), L.fill_constant([1], "float32", 4.0)),
+    "cond": lambda v: L.cond(L.less_than(L.reduce_sum(L.cast(L.shape(v), "float32")),
+                                         L.fill_constant([1], "float32", 4.0)),
                              lambda: L.scale(v, 2.0), lambda: L.scale(v, -1.0)),
 }
 

@@ -185,7 +185,8 @@ def argsort(ctx):
     x = ctx.input("X")
     if is_counted(x):              # along the rows: the padding rows sort last, the count is kept
         idx, n = _sort_counted(x, bool(ctx.attr("descending"))), count_of(x)
-        return {"Out": counted(jnp.take_along_axis(x.data, idx, axis=0), n), "Indices": counted(idx.astype(jnp.int64), n)}
+        return {"Out": counted(jnp.take_along_axis(x.data, idx, axis=0), n),
+                "Indices": counted(idx.astype(jnp.int64), n)}
     if x.ndim == 0:
         return {"Out": x, "Indices": jnp.zeros((), jnp.int64)}
     axis = int(ctx.attr("axis")) % x.ndim
