@@ -579,6 +579,8 @@ def classify(r: dict) -> tuple[str, str]:
         if r.get("endless") and steps:
             return "ran (endless loop stopped at the timeout)", f"{steps} training steps"
         return "timeout", f"still running at {err.get('script_line') or err.get('innermost')}"
+    if "corpus_shim" in (err.get("innermost") or "") and "book_child.py" not in (err.get("innermost") or ""):
+        return "runner: its shim failed", first
     if "CUDAPlace" in msg and "gpu device" in msg:
         return "own: needs a GPU (CUDAPlace fixed in its text)", first
     if t in ("SyntaxError", "TabError", "IndentationError"):
@@ -621,12 +623,12 @@ def classify(r: dict) -> tuple[str, str]:
         return "fluidjax: keyword", first
     if t == "TypeError" and re.search(r"missing \d+ required|takes \d+ positional|positional argument", msg):
         return "fluidjax: signature", first
+    if "actual_shape" in msg or ("out_shape" in msg and "run-time" in msg):
+        return "fluidjax: not offered (a shape known only at run time)", first
     if t == "UnregisteredOpError" or "no JAX rule" in msg or "not registered" in msg:
         return "fluidjax: op missing", first
     if t in ("NotOfferedError", "NotImplementedError"):
         return "fluidjax: not offered", first
-    if "actual_shape" in msg or "out_shape" in msg and "run-time" in msg:
-        return "fluidjax: not offered (a shape known only at run time)", first
     if t in ("ShapeError", "InputTypeError"):
         return "fluidjax: shape rule", first
     if t in ("LoDError", "LoDTypeError"):
@@ -760,7 +762,8 @@ def main(argv=None) -> int:
         order = {s["name"]: i for i, s in enumerate(SCRIPTS)}
         results = sorted(by_name.values(), key=lambda r: order.get(r["name"], len(order)))
         for r in results:
-            r["class"], r["reason"] = classify(r)
+            if r.get("class") != "runner error":
+                r["class"], r["reason"] = classify(r)
         if ns.markdown:
             with open(ns.markdown, "w") as f:
                 f.write(markdown(results))
@@ -785,8 +788,13 @@ def main(argv=None) -> int:
         with concurrent.futures.ThreadPoolExecutor(max(1, ns.jobs)) as pool:
             futures = [pool.submit(run_one, s, os.path.abspath(ns.corpus), shim, ns.python, ns.timeout, logs)
                        for s in specs]
-            for fut in futures:
-                r = fut.result()
+            for spec, fut in zip(specs, futures):
+                try:
+                    r = fut.result()
+                except Exception as exc:                     # the runner's own failure: one row, go on
+                    r = {"name": spec["name"], "rc": None, "wall_s": 0, "log": None, "batch": None, "overrides": {},
+                         "target": spec["target"], "path": spec["path"], "class": "runner error",
+                         "reason": f"{type(exc).__name__}: {exc}"[:300], "error": None}
                 results.append(r)
                 print(book_scripts.describe(r) + f"\n   class: {r['class']}  {r['reason'][:200]}", flush=True)
                 if ns.json:                                  # kept current: a stopped run keeps its results
