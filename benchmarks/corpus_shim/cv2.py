@@ -35,7 +35,7 @@ def imwrite(path, img, params=None):
     return True
 
 
-def resize(img, dsize, fx=None, fy=None, interpolation=INTER_LINEAR):
+def resize(img, dsize, dst=None, fx=None, fy=None, interpolation=INTER_LINEAR):
     img = np.asarray(img)
     h, w = img.shape[:2]
     if not dsize or dsize[0] == 0:
