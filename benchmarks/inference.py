@@ -14,6 +14,7 @@ static Executor (relative error).
     .venv/bin/python benchmarks/inference.py --xla-flags "--xla_cpu_use_thunk_runtime=true"
     .venv/bin/python benchmarks/inference.py --no-passes          # fluidjax without fj.passes
     .venv/bin/python benchmarks/inference.py --cache-check        # JAX's persistent cache, 2nd process
+    .venv/bin/python benchmarks/inference.py --first --rounds 7    # first result, compiled model vs PI
 
 ``--xla-flags`` sets ``XLA_FLAGS`` before JAX starts (flags have no effect later). Targets
 (docs/inference.md): fluidjax ≤ Paddle Inference with oneDNN at batch 8 (≤ 1.2× at batch 1),
@@ -49,12 +50,78 @@ def _args(argv=None):
     p.add_argument("--cache-check", action="store_true",
                    help="time to first result of fluidjax in two fresh processes sharing a persistent "
                         "JAX compilation cache (ResNet-18, batch 1)")
+    p.add_argument("--first", action="store_true",
+                   help="time to the first result (load + first run, process start excluded), each side in its "
+                        "own fresh process, sides alternating: fluidjax with a compiled model (fluidjax compile; "
+                        "optimize=True, and fj_plain: optimize=False) vs Paddle Inference (oneDNN); also fluidjax "
+                        "compiling cold (fj_cold), and a jax.export of the model deserialized and compiled")
+    p.add_argument("--rounds", type=int, default=5, help="--first: processes per side and model")
+    p.add_argument("--first-child", nargs=3, default=None, help=argparse.SUPPRESS)  # SIDE PREFIX BATCH
     p.add_argument("--first-result-only", default=None, help=argparse.SUPPRESS)  # the --cache-check child
     p.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
+def _first_child(side: str, prefix: str, batch: str, threads: int) -> None:
+    """One side's first result in this fresh process: the imports and the backend's start come
+    first (process start, not timed), then load + first run; prints one JSON line."""
+    import json
+
+    import numpy as np
+
+    x = np.random.default_rng(1).standard_normal((int(batch), 3, ARGS.size, ARGS.size)).astype(np.float32)
+    stages = {}
+    if side == "pi_onednn":
+        import paddle.inference as pi
+
+        start, cpu = time.perf_counter(), time.process_time()
+        config = pi.Config(prefix + ".pdmodel", prefix + ".pdiparams")
+        config.disable_gpu()
+        config.set_cpu_math_library_num_threads(threads)
+        config.disable_glog_info()
+        config.enable_mkldnn()
+        predictor = pi.create_predictor(config)
+        handle = predictor.get_input_handle(predictor.get_input_names()[0])
+        handle.reshape(x.shape)
+        handle.copy_from_cpu(x)
+        loaded = time.perf_counter()
+        predictor.run()
+        out = predictor.get_output_handle(predictor.get_output_names()[0]).copy_to_cpu()
+    else:
+        import jax
+
+        jax.devices()
+        names = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+                 "/jax/core/compile/jaxpr_to_mlir_module_duration": "mlir",
+                 "/jax/core/compile/backend_compile_duration": "xla"}
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda e, sec, **_: stages.__setitem__(names[e], stages.get(names[e], 0.0) + sec) if e in names else None)
+        import fluidjax as fj
+
+        if side == "jax_export":      # fj.io.export's serialized StableHLO: deserialize, then XLA compiles
+            start, cpu = time.perf_counter(), time.process_time()
+            with open(prefix + ".export", "rb") as f:
+                exported = jax.export.deserialize(bytearray(f.read()))
+            loaded = time.perf_counter()
+            out = np.asarray(exported.call(x)[0])
+        else:                         # fluidjax: with the compiled file (optimized, or "fj_plain") or without
+            start, cpu = time.perf_counter(), time.process_time()
+            scope, exe = fj.Scope(), fj.Executor()
+            program, feeds, fetches = fj.io.load_inference_model(prefix, exe, scope=scope,
+                                                                 optimize=side != "fj_plain",
+                                                                 compiled=side in ("fluidjax", "fj_plain"))
+            loaded = time.perf_counter()
+            out, = exe.run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope)
+    end = time.perf_counter()
+    print(json.dumps({"seconds": end - start, "load": loaded - start, "run": end - loaded,
+                      "cpu": time.process_time() - cpu, "stages": stages,
+                      "checksum": [float(np.sum(out, dtype=np.float64)), float(np.abs(out).sum(dtype=np.float64))]}))
+
+
 ARGS = _args()
+if ARGS.first_child:
+    _first_child(*ARGS.first_child, threads=ARGS.threads)
+    sys.exit(0)
 if ARGS.xla_flags is not None:
     os.environ["XLA_FLAGS"] = ARGS.xla_flags
 if ARGS.cache_dir:
@@ -320,6 +387,77 @@ def cache_check(args):
             print(f"fluidjax first result, {attempt}: {out}")
 
 
+FIRST_SIDES = ("fluidjax", "pi_onednn", "fj_plain", "fj_cold", "jax_export")
+
+
+def first_results(args):
+    """``--first``: each side's time to its first result in its own fresh process, sides taking
+    turns (the order reversed every other round), ``--rounds`` processes per side and model."""
+    import json
+
+    print(f"first result (load + first run; process start and imports excluded), batch 1, each side in its own "
+          f"process, {args.rounds} rounds; jax {jax.__version__}, paddle {paddle.__version__}, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}")
+    sides = [s for s in (args.sides or FIRST_SIDES)]
+    tmp = tempfile.mkdtemp(prefix="fj_first_result_")
+    try:
+        saved = save_models(tmp, [m for m in args.models if m != "transformer_encoder"], args.size)
+        for name, (prefix, make, _) in saved.items():
+            t = time.perf_counter()
+            fj.io.compile_saved_model(prefix, {"image": (1, 3, args.size, args.size)}, optimize=(True, False))
+            compile_s = time.perf_counter() - t
+            if "jax_export" in sides:
+                scope = fj.Scope()
+                program, feeds, fetches = fj.io.load_inference_model(prefix, scope=scope, optimize=True,
+                                                                     compiled=False)
+                exported = fj.io.export(program, feeds, fetches, scope=scope)
+                with open(prefix + ".export", "wb") as f:
+                    f.write(exported.serialize())
+            results = {s: [] for s in sides}
+            env = dict(os.environ, GLOG_minloglevel="2")
+            env.pop("JAX_COMPILATION_CACHE_DIR", None)
+            env["FLUIDJAX_COMPILATION_CACHE"] = "0"          # every fluidjax side starts cold: no JAX cache
+            for r in range(args.rounds):
+                for side in (sides if r % 2 == 0 else sides[::-1]):
+                    if side == "jax_export" and r > 0:
+                        continue              # one sample: it compiles the whole model with XLA
+                    cmd = [sys.executable, os.path.abspath(__file__), "--first-child", side, prefix, "1",
+                           "--size", str(args.size), "--threads", str(args.threads)]
+                    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    lines = out.stdout.strip().splitlines()
+                    if out.returncode != 0 or not lines:
+                        print(f"  {name} {side}: exit {out.returncode}: {(out.stderr.strip().splitlines() or [''])[-1]}")
+                        continue
+                    results[side].append(json.loads(lines[-1]))
+            print(f"{name}: compiling the model for batch 1 (fluidjax compile, optimize on and off) took "
+                  f"{compile_s:.1f} s")
+            base = statistics.median([r["seconds"] for r in results["pi_onednn"]]) if results.get("pi_onednn") else None
+            ref = results["pi_onednn"][0]["checksum"] if results.get("pi_onednn") else None
+            for side, runs in results.items():
+                if not runs:
+                    continue
+                secs = sorted(r["seconds"] for r in runs)
+                med = statistics.median(secs)
+                parts = [f"{name:13s} {side:11s} median {med * 1e3:7.0f} ms  (min {secs[0] * 1e3:5.0f}, "
+                         f"max {secs[-1] * 1e3:5.0f}, n={len(secs)})",
+                         f"load {statistics.median([r['load'] for r in runs]) * 1e3:5.0f} + run "
+                         f"{statistics.median([r['run'] for r in runs]) * 1e3:5.0f} ms",
+                         f"cpu {statistics.median([r['cpu'] for r in runs]) * 1e3:5.0f} ms"]
+                compiled = {k: round(statistics.median([r["stages"].get(k, 0.0) for r in runs]) * 1e3)
+                            for k in ("trace", "mlir", "xla")}
+                if side != "pi_onednn":
+                    parts.append("trace/MLIR/XLA {trace}/{mlir}/{xla} ms".format(**compiled))
+                if base:
+                    parts.append(f"{med / base:4.2f}x PI")
+                if ref:
+                    c = runs[0]["checksum"]
+                    parts.append(f"|sum| rel. diff {abs(c[1] - ref[1]) / ref[1]:.1e}")
+                print("  " + ", ".join(parts), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("target: fluidjax (compiled model) <= 1.5x Paddle Inference's first result")
+
+
 def main(args):
     if args.first_result_only:
         x = np.random.default_rng(1).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
@@ -328,6 +466,9 @@ def main(args):
         return
     if args.cache_check:
         cache_check(args)
+        return
+    if args.first:
+        first_results(args)
         return
     print(f"jax {jax.__version__}, paddle {paddle.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
           f"passes {'off' if args.no_passes else 'on'}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")

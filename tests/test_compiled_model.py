@@ -44,15 +44,19 @@ def _cnn():
     return img, prob, exe
 
 
-def _save(tmp_path, compiled=True, fluid_dir=False):
-    """(path, program file) of the CNN saved with its compiled executables."""
+def _save(tmp_path, compiled=True, fluid_dir=False, variants=None):
+    """(path, program file) of the CNN saved with its compiled executables: by
+    ``save_inference_model(compiled=...)``, or (``variants``) saved plain and then compiled for
+    those ``optimize`` variants only (a test that needs one compiles one)."""
     img, prob, exe = _cnn()
     if fluid_dir:
         path = str(tmp_path / "fluid_model")
         fio.save_inference_model(path, ["img"], [prob], exe, compiled=compiled)
         return path, os.path.join(path, "__model__")
     prefix = str(tmp_path / "cnn" / "net")
-    fio.save_inference_model(prefix, [img], [prob], exe, compiled=compiled)
+    fio.save_inference_model(prefix, [img], [prob], exe, compiled=compiled if variants is None else False)
+    if variants is not None:
+        fio.compile_saved_model(prefix, optimize=variants)
     return prefix, prefix + ".pdmodel"
 
 
@@ -120,7 +124,7 @@ def test_a_fresh_process_runs_the_saved_executable_without_tracing_or_compiling(
 
 
 def test_the_optimized_variant_equals_its_uncompiled_run_bit_for_bit(tmp_path):
-    prefix, _ = _save(tmp_path)
+    prefix, _ = _save(tmp_path, variants=(True,))
     got, traces, caught = _load_run(prefix, optimize=True)
     want, _, _ = _load_run(prefix, optimize=True, compiled=False)
     assert traces == 0 and not caught
@@ -170,7 +174,7 @@ def _bad_magic(path):
     (_bad_magic, "bad magic"),
 ], ids=["tampered-version", "other-program", "truncated", "damaged", "not-ours"])
 def test_a_stale_or_damaged_file_recompiles_with_a_warning_and_the_same_answer(tmp_path, damage, when):
-    prefix, model = _save(tmp_path)
+    prefix, model = _save(tmp_path, variants=(False,))
     want, traces, caught = _load_run(prefix, compiled=False)
     assert traces == 1 and not caught
     damage(fio.compiled_path(model))
@@ -181,7 +185,7 @@ def test_a_stale_or_damaged_file_recompiles_with_a_warning_and_the_same_answer(t
 
 
 def test_another_feed_shape_recompiles_with_a_warning_and_the_same_answer(tmp_path):
-    prefix, _ = _save(tmp_path)                         # compiled for batch 1
+    prefix, _ = _save(tmp_path, variants=(False,))          # compiled for batch 1
     xs = np.random.default_rng(4).standard_normal((3, 2, 8, 8)).astype(np.float32)
     want, _, _ = _load_run(prefix, xs, compiled=False)
     got, traces, caught = _load_run(prefix, xs)
@@ -191,7 +195,7 @@ def test_another_feed_shape_recompiles_with_a_warning_and_the_same_answer(tmp_pa
 
 
 def test_a_program_changed_after_loading_recompiles_with_a_warning(tmp_path):
-    prefix, _ = _save(tmp_path)
+    prefix, _ = _save(tmp_path, variants=(False,))
     want, _, _ = _load_run(prefix, compiled=False)
     scope, exe = fj.Scope(), fj.Executor()
     program, feeds, fetches = fio.load_inference_model(prefix, exe, scope=scope)
