@@ -34,8 +34,8 @@ from . import effects, flags, host_init, interrupt, memory
 from .checks import (HostIndexCheck, StepChecks, bound_error, fed_source, grow_rooms, has_bound_checks, index_error,
                      specs_of)
 from .context import make_key
-from .feeds import check_feed, check_lod_feed, off_declaration, reinfer
-from .lod_value import LoDValue, bounds_from_feeds, to_host
+from .feeds import bucket_sequence_rows, check_feed, check_lod_feed, off_declaration, reinfer
+from .lod_value import LoDValue, bounds_from_feeds, mark_fetch, to_host
 from .lod_tensor import LoDTensor
 from .lower import ops_with_sub_blocks, run_ops
 from .parallel import CompiledProgram
@@ -876,6 +876,8 @@ class Executor:
             out.append(value)
         if off is not None:
             self._reinfer(plan, off)
+        if flags.bucket_sequences:      # one row per sequence: bucketed with the sequences (feeds.py)
+            out = bucket_sequence_rows(out, [(s[0], s[3], s[2]) for s in plan.feed_specs])
         return tuple(out)
 
     @staticmethod
@@ -985,11 +987,11 @@ def step_function(plan: _Plan, sharded=None, on_trace=None):
             else:                     # (token, bound): the loops poll and count (interrupt.py)
                 with interrupt.tracing(run[0], run[1]):
                     run_ops(ops, env, checks=checks, op_keys=op_keys)
-        missing = [n for n in written + fetch_names if n not in env]
-        if missing:
-            raise OpRuntimeError(_not_computed(plan, missing[0]))
-        new_state = tuple(env[n] for n in written)
-        fetches = [env[n] for n in fetch_names]
+            missing = [n for n in written + fetch_names if n not in env]
+            if missing:
+                raise OpRuntimeError(_not_computed(plan, missing[0]))
+            new_state = tuple(env[n] for n in written)
+            fetches = [mark_fetch(env[n]) for n in fetch_names]   # padding sequences marked
         if checks is None:
             return new_state, fetches
         plan.check_infos = [info for _, _, info in checks.items]

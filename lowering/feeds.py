@@ -27,8 +27,9 @@ import numpy as np
 from ..ir import dtypes
 from ..ir import shape as shape_rules
 from ..ir.errors import FeedError, ShapeError
+from . import flags
 from .lod_tensor import LoDTensor, lod_problem
-from .lod_value import LoDValue, from_host
+from .lod_value import LoDValue, Offsets, bucket, from_host
 from .lower import block_refs
 
 
@@ -147,7 +148,34 @@ def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, .
         data = _fluid_trailing_one(data, declared)
     data = check_feed(name, data, want, declared, var)
     _check_offsets(name, lod, data.shape[0])
-    return from_host(np.asarray(data), lod)
+    return from_host(np.asarray(data), lod, flags.bucket_sequences)
+
+
+def bucket_sequence_rows(values: list, specs) -> list:
+    """Under ``FLAGS_bucket_sequences``: each dense feed (lod_level 0, dim 0 not fixed by its
+    declaration) whose first dim equals the real sequence count of a LoD feed of the same run
+    (a label with one row per sequence) as counted rows padded to that count's bucket, so its
+    shape changes no more often than the LoD feeds' do. Its real count travels with it
+    (``docs/ops_data_dependent.md``): fetches, ``mean`` and row-wise losses see the real rows only.
+    ``values`` and ``specs`` (``(name, var, declared)`` per feed) are in feed order."""
+    counts = {int(v.offsets.count) for v in values
+              if v.__class__ is LoDValue and v.offsets.__class__ is Offsets and v.offsets.count is not None}
+    if not counts:
+        return values
+    out = list(values)
+    for i, (value, (name, var, declared)) in enumerate(zip(values, specs)):
+        if (value.__class__ is LoDValue or var.lod_level or getattr(value, "ndim", 0) < 1
+                or (declared and declared[0] >= 0)):
+            continue
+        n = int(value.shape[0])
+        if n not in counts or bucket(n) == n:
+            if n in counts:
+                out[i] = LoDValue(np.asarray(value), Offsets((np.asarray([0, n], np.int32),), (n,)))
+            continue
+        host = np.asarray(value)
+        pad = np.zeros((bucket(n) - n,) + host.shape[1:], host.dtype)
+        out[i] = LoDValue(np.concatenate([host, pad]), Offsets((np.asarray([0, n], np.int32),), (bucket(n),)))
+    return out
 
 
 def off_declaration(value, want: np.dtype, declared: tuple[int, ...]) -> bool:

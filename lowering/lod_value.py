@@ -39,10 +39,13 @@ class Offsets(tuple):
     it into a side table (:func:`bounds_from_feeds`) and runs on plain offsets."""
 
     longest: tuple[int, ...]
+    count: object  # the real number of top-level sequences (an int32 scalar) when the outermost
+    #               level is padded to a bucket (FLAGS_bucket_sequences), else None
 
-    def __new__(cls, items, longest: tuple[int, ...]):
+    def __new__(cls, items, longest: tuple[int, ...], count=None):
         self = super().__new__(cls, items)
         self.longest = tuple(longest)
+        self.count = count
         return self
 
 
@@ -59,14 +62,17 @@ class LoDValue:
     def tree_flatten(self):
         offsets = self.offsets
         if offsets.__class__ is Offsets:
-            return (self.data, *offsets), (len(offsets), offsets.longest)
+            if offsets.count is not None:
+                return (self.data, *offsets, offsets.count), (len(offsets), offsets.longest, True)
+            return (self.data, *offsets), (len(offsets), offsets.longest, False)
         return (self.data, *offsets), len(offsets)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         if aux.__class__ is tuple:
-            levels, longest = aux
-            return cls(children[0], Offsets(children[1:1 + levels], longest))
+            levels, longest, counted = aux
+            return cls(children[0], Offsets(children[1:1 + levels], longest,
+                                            children[1 + levels] if counted else None))
         return cls(children[0], children[1:1 + aux])
 
     @property
@@ -98,8 +104,13 @@ class LoDValue:
         return f"LoDValue(data={getattr(self.data, 'shape', '?')}, levels={len(self.offsets)})"
 
 
-def from_host(data: np.ndarray, lod: Sequence[Sequence[int]]) -> LoDValue:
-    """A padded :class:`LoDValue` of NumPy arrays from Paddle's (data, offsets)."""
+def from_host(data: np.ndarray, lod: Sequence[Sequence[int]], bucket_sequences: bool = False) -> LoDValue:
+    """A padded :class:`LoDValue` of NumPy arrays from Paddle's (data, offsets).
+
+    With ``bucket_sequences`` the outermost level is padded too, to a bucket of its sequence
+    count, by repeating its last offset (empty padding sequences at the end); the real count
+    travels with the offsets (``Offsets.count``) and, inside the step, in a side table
+    (:func:`sequence_count`)."""
     rows = data.shape[0]
     padded_rows = bucket(rows)
     if padded_rows != rows:
@@ -108,7 +119,7 @@ def from_host(data: np.ndarray, lod: Sequence[Sequence[int]]) -> LoDValue:
     offsets = []
     for level, level_offsets in enumerate(lod):
         arr = np.asarray(level_offsets, np.int32)
-        if level > 0:                     # inner levels: pad with empty sequences at the end
+        if level > 0 or bucket_sequences:     # pad with empty sequences at the end
             count = len(arr) - 1
             extra = bucket(count) - count
             if extra:
@@ -118,7 +129,8 @@ def from_host(data: np.ndarray, lod: Sequence[Sequence[int]]) -> LoDValue:
     for level_offsets in lod:
         arr = np.asarray(level_offsets, np.int64)
         longest.append(bucket(int((arr[1:] - arr[:-1]).max())) if len(arr) > 1 else 1)
-    return LoDValue(data, Offsets(offsets, longest))
+    count = np.int32(len(lod[0]) - 1) if bucket_sequences and len(lod) else None
+    return LoDValue(data, Offsets(offsets, longest, count))
 
 
 # -- the longest sequences of the fed values, while a step is traced ------------------------------------
@@ -131,18 +143,59 @@ def bounds_from_feeds(env: dict):
     kept in a side table by the identity of each level's offsets array, which every op that keeps
     its input's LoD passes on as it is (:func:`longest_of`). A value whose offsets an op rebuilt,
     or one inside a loop body (new tracers), has no entry: its bound is its padded size."""
-    table = {}
+    table, counts = {}, {}
     for name, value in env.items():
         if value.__class__ is LoDValue and value.offsets.__class__ is Offsets:
             for arr, n in zip(value.offsets, value.offsets.longest):
                 table[id(arr)] = (arr, n)
+            if value.offsets.count is not None:
+                counts[id(value.offsets[0])] = (value.offsets[0], value.offsets.count)
             env[name] = LoDValue(value.data, tuple(value.offsets))
-    before = getattr(_bounds, "table", None)
-    _bounds.table = table
+    before = getattr(_bounds, "table", None), getattr(_bounds, "counts", None)
+    _bounds.table, _bounds.counts = table, counts
     try:
         yield env
     finally:
-        _bounds.table = before
+        _bounds.table, _bounds.counts = before
+
+
+def sequence_count(offsets_level):
+    """The real number of sequences of an outermost offsets array: a traced int32 scalar when the
+    level came from a feed padded with empty sequences (``FLAGS_bucket_sequences``), passed on as
+    it is by the ops that keep their input's LoD; else None (every sequence of the level is real)."""
+    counts = getattr(_bounds, "counts", None)
+    hit = counts.get(id(offsets_level)) if counts else None
+    return hit[1] if hit is not None and hit[0] is offsets_level else None
+
+
+def note_sequence_count(offsets_level, count) -> None:
+    """Record ``count`` as the real number of sequences of ``offsets_level`` (an op that builds new
+    outermost offsets with as many sequences as its input's: :func:`sequence_count`)."""
+    counts = getattr(_bounds, "counts", None)
+    if counts is not None and count is not None:
+        counts[id(offsets_level)] = (offsets_level, count)
+
+
+def counted_rows(out, offsets_level):
+    """``out`` (one row per sequence of ``offsets_level``) as a counted value of the real sequences
+    when the level carries padding sequences (:func:`sequence_count`); else ``out`` as it is."""
+    count = sequence_count(offsets_level)
+    if count is None or out.__class__ is LoDValue:
+        return out
+    return LoDValue(out, (jnp.stack([jnp.zeros((), jnp.int32), jnp.asarray(count, jnp.int32)]),))
+
+
+def mark_fetch(value):
+    """A fetched value as the step returns it: a LoD value whose outermost level carries padding
+    sequences gets -1 in their offsets, so :func:`to_host` cuts them (their count is data)."""
+    if value.__class__ is not LoDValue or not value.offsets:
+        return value
+    count = sequence_count(value.offsets[0])
+    if count is None:
+        return value
+    top = value.offsets[0]
+    top = jnp.where(jnp.arange(top.shape[0]) <= count, top, jnp.asarray(-1, top.dtype))
+    return LoDValue(value.data, (top, *value.offsets[1:]))
 
 
 def longest_of(offsets_level) -> int | None:
@@ -188,6 +241,8 @@ def to_host(value: LoDValue) -> tuple[np.ndarray, list[list[int]]]:
     offsets = [np.asarray(o) for o in value.offsets]
     lod = []
     count = len(offsets[0]) - 1
+    if count >= 0 and offsets[0][-1] < 0:          # padding sequences marked by mark_fetch
+        count = int(np.argmax(offsets[0] < 0)) - 1
     for arr in offsets:
         level = arr[:count + 1].tolist()
         lod.append(level)

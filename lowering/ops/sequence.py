@@ -13,7 +13,7 @@ from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
-from ..lod_value import LoDValue
+from ..lod_value import LoDValue, counted_rows
 from ..lower import lod_aware
 
 _POOL_TYPES = ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST")
@@ -97,7 +97,8 @@ def sequence_pool(ctx):
     if x.lod_level > 1:
         upper = x.offsets[:-1]
         return {"Out": LoDValue(out, upper), "MaxIndex": LoDValue(max_index, upper)}
-    return {"Out": out, "MaxIndex": max_index}
+    # one row per sequence: with padding sequences (FLAGS_bucket_sequences), only the real ones count
+    return {"Out": counted_rows(out, x.offsets[0]), "MaxIndex": counted_rows(max_index, x.offsets[0])}
 
 
 def _same_lod_shape(out_slot: str, max_levels: int | None = None):

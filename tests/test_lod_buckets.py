@@ -1,0 +1,113 @@
+"""FLAGS_bucket_sequences: the number of sequences of a LoD feed padded to a bucket (empty
+sequences), a label with one row per sequence padded with it as counted rows; a reader batching
+by token count (a new sequence count every batch) compiles once per bucket, and every result
+equals feeding each sequence alone."""
+
+import numpy as np
+import pytest
+
+import fluidjax as fj
+from fluidjax import layer
+
+VOCAB, EMB, CLASSES = 30, 8, 3
+
+
+@pytest.fixture
+def bucketed():
+    fj.set_flags({"FLAGS_bucket_sequences": True})
+    yield
+    fj.set_flags({"FLAGS_bucket_sequences": False})
+
+
+def _lod(data, lengths):
+    t = fj.LoDTensor(np.asarray(data))
+    t.set_recursive_sequence_lengths([list(lengths)])
+    return t
+
+
+def _model(encoder):
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 7
+    with fj.program_guard(main, startup):
+        words = layer.data("words", shape=[1], dtype="int64", lod_level=1)
+        label = layer.data("label", shape=[1], dtype="int64")
+        emb = layer.embedding(words, size=[VOCAB, EMB])
+        if encoder == "lstm":
+            proj = layer.fc(emb, size=4 * 6)
+            hidden, _ = layer.dynamic_lstm(proj, size=4 * 6)
+        else:
+            hidden = layer.sequence_conv(emb, num_filters=6, filter_size=3)
+        pooled = layer.sequence_pool(hidden, "max" if encoder == "conv" else "average")
+        logits = layer.fc(pooled, size=CLASSES)
+        loss = layer.softmax_with_cross_entropy(logits, label)
+        avg = layer.mean(loss)
+        fj.append_backward(avg)
+    emb_w = [p.name for p in main.global_block().all_parameters() if p.shape == (VOCAB, EMB)][0]
+    return main, startup, [logits, loss, avg, emb_w + "@GRAD"]
+
+
+def _batch(rng):
+    n = int(rng.integers(1, 17))
+    lengths = rng.integers(0, 6, n)            # empty sequences included
+    lengths[rng.integers(0, n)] = max(1, lengths.max())
+    ids = rng.integers(0, VOCAB, (int(lengths.sum()), 1)).astype(np.int64)
+    label = rng.integers(0, CLASSES, (n, 1)).astype(np.int64)
+    return lengths, ids, label
+
+
+@pytest.mark.parametrize("encoder", ["conv", "lstm"])
+def test_token_batches_compile_per_bucket_and_match_single_sequences(encoder, bucketed):
+    main, startup, fetch = _model(encoder)
+    exe = fj.Executor()
+    scope = fj.Scope()
+    with fj.scope_guard(scope):
+        exe.run(startup)
+        rng = np.random.default_rng(3)
+        batches = [_batch(rng) for _ in range(40)]
+        start = exe.trace_count
+        results = [exe.run(main, feed={"words": _lod(ids, lengths), "label": label}, fetch_list=fetch)
+                   for lengths, ids, label in batches]
+        traced = exe.trace_count - start
+        assert len({len(b[0]) for b in batches}) > 8     # many distinct sequence counts
+        assert traced <= 11, traced
+        # oracle: each sequence alone, without bucketing
+        fj.set_flags({"FLAGS_bucket_sequences": False})
+        for (lengths, ids, label), (logits, loss, avg, grad) in list(zip(batches, results))[:6]:
+            n = len(lengths)
+            assert logits.shape == (n, CLASSES) and loss.shape == (n, 1)
+            starts = np.concatenate([[0], np.cumsum(lengths)])
+            alone = [exe.run(main, feed={"words": _lod(ids[starts[i]:starts[i + 1]], [lengths[i]]),
+                                         "label": label[i:i + 1]}, fetch_list=fetch) for i in range(n)]
+            np.testing.assert_allclose(logits, np.concatenate([a[0] for a in alone]), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(loss, np.concatenate([a[1] for a in alone]), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(avg, np.mean([float(a[2]) for a in alone]), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(grad, np.mean([a[3] for a in alone], axis=0), rtol=1e-4, atol=1e-6)
+
+
+def test_fetched_lod_value_shows_only_the_real_sequences(bucketed):
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", shape=[2], lod_level=1)
+        soft = layer.sequence_softmax(layer.fc(x, size=1, bias_attr=False))
+    exe = fj.Executor()
+    exe.run(startup)
+    data = np.arange(10, dtype=np.float32).reshape(5, 2) / 10
+    lengths = [2, 0, 3, 0, 0]                           # trailing real empty sequences kept
+    got = exe.run(main, feed={"x": _lod(data, lengths)}, fetch_list=[soft], return_numpy=False)[0]
+    assert got.recursive_sequence_lengths() == [lengths]
+    rows = np.array(got)
+    for s, e in ((0, 2), (2, 5)):
+        np.testing.assert_allclose(rows[s:e].sum(), 1.0, rtol=1e-6)
+
+
+def test_flag_off_keeps_the_sequence_count_in_the_signature():
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = layer.data("x", shape=[2], lod_level=1)
+        out = layer.sequence_pool(x, "sum")
+    exe = fj.Executor()
+    before = exe.trace_count
+    for n in (3, 5):
+        got = exe.run(main, feed={"x": _lod(np.ones((n, 2), np.float32), [1] * n)}, fetch_list=[out])[0]
+        assert got.shape == (n, 2)
+    assert exe.trace_count - before == 2
