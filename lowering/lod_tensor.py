@@ -597,3 +597,34 @@ def create_random_int_lodtensor(recursive_seq_lens: Sequence[Sequence[int]], bas
     overall = [sum(lengths[-1]), *_dims(base_shape)]
     data = np.random.randint(low, int(high) + 1, overall).astype("int64")
     return create_lod_tensor(data, lengths, place)
+
+
+# -- LoDTensor as a JAX pytree ----------------------------------------------------------------------
+# So that ``jax.jit(fn)(variables, lod_tensor)`` of a ``fj.to_jax`` function takes a LoDTensor as it
+# is. A tensor with LoD flattens to the leaves of the padded LoD value the Executor makes (rows padded
+# to a bucket, one offsets array per level) and unflattens to that LoDValue: only the buckets are
+# static, so every LoD of the same buckets reuses one compilation (a LoD as static aux data would
+# compile once per distinct LoD). A tensor without LoD flattens to its array; an empty one to nothing.
+
+def _flatten_lod_tensor(tensor: LoDTensor):
+    value = tensor._value
+    if value is None:
+        return (), ("empty",)
+    if not tensor._lod:
+        return (value,), ("dense",)
+    from . import flags
+    from .lod_value import from_host
+    children, aux = from_host(np.asarray(value), tensor._lod, flags.bucket_sequences).tree_flatten()
+    return children, ("lod", aux)
+
+
+def _unflatten_lod_tensor(aux, children):
+    if aux[0] == "empty":
+        return LoDTensor()
+    if aux[0] == "dense":
+        return children[0]
+    from .lod_value import LoDValue
+    return LoDValue.tree_unflatten(aux[1], children)
+
+
+jax.tree_util.register_pytree_node(LoDTensor, _flatten_lod_tensor, _unflatten_lod_tensor)

@@ -270,6 +270,38 @@ def test_jit_of_two_lods_in_one_bucket_traces_once_and_equals_executor():
     assert fn.trace_count == 2
 
 
+
+def test_a_lod_tensor_is_a_pytree_that_jit_takes_as_it_is():
+    """A LoDTensor passed straight to jax.jit(fn): it flattens to the Executor's padded value (rows
+    and offsets as leaves, only the buckets static), so two LoDs of one bucket trace once."""
+    ids = layer.data("ids", dims=1, dtype="int64", lod_level=1)
+    emb = layer.embedding(ids, size=[20, 8])
+    out = layer.fc(layer.sequence_pool(emb, "sum"), output_size=3)
+    exe = fj.Executor()
+    exe.run(fj.default_startup_program())
+    fn, variables = fj.to_jax(fj.default_main_program(), feed=[ids], fetch_list=[out])
+    traces = []
+
+    def counted(variables, *inputs):
+        traces.append(1)                    # runs once per trace of the jitted function
+        return fn(variables, *inputs)
+
+    jitted = jax.jit(counted)
+    rng = _rng(3)
+    for lengths in ([3, 5, 1, 4], [6, 2, 4, 3]):
+        tensor = fj.create_lod_tensor(rng.integers(0, 20, (sum(lengths), 1)).astype(np.int64), [lengths])
+        leaves = jax.tree_util.tree_leaves(tensor)
+        assert leaves[0].shape[0] == 16 and len(leaves) >= 2      # padded rows, then the offsets
+        want, = exe.run(feed={"ids": tensor}, fetch_list=[out])
+        (got,), _ = jitted(variables, tensor)
+        np.testing.assert_array_equal(np.asarray(got), want)
+        (by_name,), _ = jitted(variables, {"ids": tensor})
+        np.testing.assert_array_equal(np.asarray(by_name), want)
+    assert len(traces) == 2     # positional and by-name calls: two signatures, each traced once
+    dense = fj.LoDTensor(np.ones((2, 3), "float32"))
+    np.testing.assert_array_equal(jax.tree_util.tree_leaves(dense)[0], np.ones((2, 3), "float32"))
+    assert jax.tree_util.tree_leaves(fj.LoDTensor()) == []
+
 def test_to_flax_of_a_paddle_saved_model_has_paddles_parameters(tmp_path):
     pytest.importorskip("flax")
     prefix = str(tmp_path / "model" / "net")
