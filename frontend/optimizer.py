@@ -43,7 +43,8 @@ import numpy as np
 
 from ..ir import dtypes, unique_name
 from ..ir.backward import append_backward
-from ..ir.program import OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE, Program, default_startup_program
+from ..ir.program import (OP_ROLE_LRSCHED, OP_ROLE_OPTIMIZE, Program, default_main_program,
+                          default_startup_program)
 from ..ir.variable import Parameter, Variable
 from . import clip as _clip
 from .averaging import ExponentialMovingAverage, LookaheadOptimizer, ModelAverage  # noqa: F401
@@ -144,11 +145,30 @@ class Optimizer(Minimizes):
             self._hook_lr(var)
 
     def _global_learning_rate(self, program: Program | None = None) -> Variable | None:
-        program = program or self._main
-        return self._lr_vars.get(program._uid) if program is not None else None
+        """The learning-rate Variable of ``program`` (Fluid's private API, used by 1.x scripts to
+        fetch the rate: ``optimizer._global_learning_rate()``).
 
-    def _create_global_learning_rate(self) -> Variable:
-        main = self._main
+        Without ``program``: the rate of the default main program, else that of the program
+        :meth:`minimize` optimized. Before ``minimize``, a float or :class:`LRScheduler` rate is
+        created here in the program asked for (the default main program; its initializer in the
+        default startup program), as Fluid's ``_create_global_learning_rate``; ``minimize`` of
+        that program then uses the same Variable. A Variable rate is returned for its own program;
+        ``None`` for another program."""
+        if program is None:
+            program = default_main_program()
+            if program._uid not in self._lr_vars and self._main is not None:
+                return self._lr_vars.get(self._main._uid)
+        if program._uid in self._lr_vars:
+            return self._lr_vars[program._uid]
+        if isinstance(self._learning_rate, Variable):
+            return None
+        startup = self._startup if program is self._main else default_startup_program()
+        return self._create_global_learning_rate(program, startup)
+
+    def _create_global_learning_rate(self, main: Program | None = None,
+                                     startup: Program | None = None) -> Variable:
+        main = main or self._main
+        startup = startup or self._startup
         if main._uid in self._lr_vars:
             return self._lr_vars[main._uid]
         if isinstance(self._learning_rate, Variable):
@@ -156,7 +176,7 @@ class Optimizer(Minimizes):
                             "an optimizer whose rate is a Variable optimizes that program only (as in Fluid)")
         name = unique_name.generate("learning_rate")
         var = main.global_block().create_var(name, (), _LR_DTYPE, persistable=True, stop_gradient=True)
-        Constant(self.get_lr())(var, self._startup.global_block())
+        Constant(self.get_lr())(var, startup.global_block())
         self._lr_vars[main._uid] = var
         if isinstance(self._learning_rate, LRScheduler):
             self._learning_rate._var_name = name
