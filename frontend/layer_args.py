@@ -93,3 +93,53 @@ def activate(x: "Variable", activation, helper: "LayerHelper") -> "Variable":
         known = sorted(t for t in registry.registered_types() if is_activation(t))
         raise ValueError(f"unknown activation {activation!r}; use a layer function or one of {known}")
     return helper.simple_op(activation, {"X": x})
+
+
+def shape_arguments(shape, layer: str, helper: "LayerHelper", *, tensor_slot: str = "ShapeTensor",
+                    list_slot: str = "ShapeTensorList") -> tuple[list[int], dict]:
+    """A shape argument as Fluid 1.8 passes it to a shape-taking op (``utils._convert_shape_to_list``
+    / ``get_shape_tensor_inputs``): ``(attribute, tensor inputs)``.
+
+    - Python ints: the attribute, no tensor inputs;
+    - one int Variable (``layers.shape(x)``): ``tensor_slot`` holds it, the attribute is -1 per entry;
+    - a list mixing ints and 1-element Variables (``[layers.shape(x)[0], 1]``): ``list_slot`` holds
+      one int32 tensor per entry (ints become ``fill_constant`` tensors), the attribute has -1 where
+      a Variable is.
+
+    The lowering reads the tensors (``_tensor_attrs.static_ints``); values computed from shapes are
+    concrete while the step is traced (constant folding), so XLA's shapes stay static.
+    """
+    from ..ir.variable import Variable
+
+    if isinstance(shape, Variable):
+        if shape.ndim != 1 or shape.shape[0] < 0:
+            raise TypeError(f"{layer}: a shape given as a Variable must be 1-D with a known length, "
+                            f"got {shape.name!r} {shape.shape}")
+        if shape.dtype not in ("int32", "int64"):
+            raise TypeError(f"{layer}: a shape Variable must be int32 or int64, got {shape.dtype}")
+        return [-1] * shape.shape[0], {tensor_slot: shape}
+    shape = list(shape) if isinstance(shape, (list, tuple)) else [shape]
+    if not any(isinstance(d, Variable) for d in shape):
+        return [int(d) for d in shape], {}
+    attr, tensors = [], []
+    for d in shape:
+        if isinstance(d, Variable):
+            if d.ndim > 1 or (d.ndim == 1 and d.shape[0] not in (1, -1)):
+                raise TypeError(f"{layer}: a Variable inside a shape list must hold one value, got "
+                                f"{d.name!r} {d.shape}")
+            if d.dtype not in ("int32", "int64"):
+                raise TypeError(f"{layer}: a Variable inside a shape list must be int32 or int64, got {d.dtype}")
+            if d.dtype != "int32":
+                cast = helper.create_tmp("int32", stop_gradient=True, shape=(1,))
+                helper.append_op("cast", {"X": d}, {"Out": cast}, {"in_dtype": 3, "out_dtype": 2})
+                d = cast
+            attr.append(-1)
+            tensors.append(d)
+        else:
+            attr.append(int(d))
+            const = helper.create_tmp("int32", stop_gradient=True, shape=(1,))
+            helper.append_op("fill_constant", outputs={"Out": const},
+                             attrs={"shape": [1], "dtype": 2, "value": float(int(d)), "str_value": str(int(d)),
+                                    "force_cpu": True})
+            tensors.append(const)
+    return attr, {list_slot: tensors}

@@ -28,7 +28,7 @@ from ..ir.errors import ShapeError
 from ..ir.variable import Variable
 from .initializer import fill_constant_attrs
 from .layer_helper import LayerHelper, atomic_layer
-from .layer_args import activate
+from .layer_args import activate, shape_arguments
 
 __all__ = [
     "fill_constant",
@@ -55,7 +55,9 @@ def fill_constant(shape: Sequence[int], dtype, value, force_cpu: bool = False, o
     helper = LayerHelper("fill_constant", name)
     dtype = dtypes.normalize(dtype)
     out = out if out is not None else helper.create_tmp(dtype, stop_gradient=True)
-    helper.append_op("fill_constant", outputs={"Out": out}, attrs=fill_constant_attrs(shape, dtype, value))
+    shape, shape_inputs = shape_arguments(shape, "fill_constant", helper)
+    helper.append_op("fill_constant", inputs=shape_inputs, outputs={"Out": out},
+                     attrs=fill_constant_attrs(shape, dtype, value))
     return out
 
 
@@ -107,8 +109,9 @@ def reshape(x: Variable, shape: Sequence[int], actual_shape=None, activation=Non
         raise TypeError("reshape: actual_shape (a shape known only at run time) is not supported; "
                         "XLA compiles static shapes — pass shape as Python ints")
     helper = LayerHelper("reshape2", name)
-    out = _xshape_op(helper, "reshape2", {"X": x, "Shape": [], "ShapeTensor": []},
-                     {"shape": _ints(shape, "shape", "reshape")}, x)
+    shape, shape_inputs = shape_arguments(shape, "reshape", helper, tensor_slot="Shape", list_slot="ShapeTensor")
+    out = _xshape_op(helper, "reshape2", {"X": x, "Shape": [], "ShapeTensor": [], **shape_inputs},
+                     {"shape": shape}, x)
     return activate(out, activation, helper)
 
 
@@ -514,12 +517,12 @@ def ones(shape: Sequence[int], dtype, force_cpu: bool = False, name: str | None 
 
 def _random(op_type: str, shape, dtype, attrs: dict, name: str | None, layer: str) -> Variable:
     dtype = dtypes.normalize(dtype)
-    shape = _ints(shape, "shape", layer)
-    if any(d <= 0 for d in shape):
-        raise ShapeError(f"{layer}: shape {shape} must hold positive sizes")
     helper = LayerHelper(layer, name)
+    shape, shape_inputs = shape_arguments(shape, layer, helper)
+    if any(d <= 0 for d in shape) and not shape_inputs:
+        raise ShapeError(f"{layer}: shape {shape} must hold positive sizes")
     out = helper.create_tmp(dtype, stop_gradient=True)
-    helper.append_op(op_type, {"ShapeTensor": [], "ShapeTensorList": []}, {"Out": out},
+    helper.append_op(op_type, {"ShapeTensor": [], "ShapeTensorList": [], **shape_inputs}, {"Out": out},
                      {"shape": shape, "dtype": _dtype_enum(dtype), **attrs})
     return out
 

@@ -12,11 +12,18 @@ from ...ir import dtypes
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
 from ..host_init import float_kind, host_rule
+from ._tensor_attrs import static_ints
 from .tensor import _batch_like_shape, _batch_like_target
 
 
 def _random_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Out", ctx.attr("shape"), dtypes.from_enum(ctx.attr("dtype")), 0)
+
+
+def _shape(ctx) -> tuple:
+    """The shape: ``ShapeTensor`` / ``ShapeTensorList`` when given (concrete at trace), else the attribute."""
+    shape = static_ints(ctx, "ShapeTensor", "ShapeTensorList", what="the shape")
+    return tuple(shape if shape is not None else ctx.attr("shape"))
 
 
 def _dtype(ctx):
@@ -29,7 +36,7 @@ def _dtype(ctx):
     infer_shape=_random_shape, random=True)
 def uniform_random(ctx):
     """Uniform numbers in [min, max)."""
-    out = jax.random.uniform(ctx.rng(), tuple(ctx.attr("shape")), _dtype(ctx),
+    out = jax.random.uniform(ctx.rng(), _shape(ctx), _dtype(ctx),
                              ctx.attr("min"), ctx.attr("max"))
     n, step, val = ctx.attr("diag_num"), ctx.attr("diag_step"), ctx.attr("diag_val")
     if n > 0:
@@ -58,7 +65,7 @@ def _uniform_random_host(ctx):
     infer_shape=_random_shape, random=True)
 def gaussian_random(ctx):
     """Normal numbers with ``mean`` and ``std``."""
-    z = jax.random.normal(ctx.rng(), tuple(ctx.attr("shape")), _dtype(ctx))
+    z = jax.random.normal(ctx.rng(), _shape(ctx), _dtype(ctx))
     return {"Out": z * ctx.attr("std") + ctx.attr("mean")}
 
 
