@@ -41,3 +41,31 @@ def test_shape_lists_with_variables_match_paddle():
     np.testing.assert_array_equal(np.asarray(ours[2]), feed["x"].reshape(8, 3))
     assert np.asarray(ours[3]).shape == theirs[3].shape == (4, 2)
     assert np.asarray(ours[4]).shape == theirs[4].shape == (4, 5)
+
+
+# -- 2. LoD kept through squeeze / unsqueeze / fc -------------------------------------------------
+def test_squeeze_and_fc_keep_the_rows_lod_for_sequence_layers():
+    """gru4rec / tagspace: ``embedding`` of (-1, 1) ids -> ``squeeze(axes=[1])`` -> ``fc`` ->
+    ``dynamic_gru`` / ``sequence_conv_pool``: Paddle's Squeeze2Op / Unsqueeze2Op share X's LoD when
+    the first dim stays, and fc (mul, num_flatten_dims=1) shares it; a squeeze of dim 0 drops it."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        ids = fluid.data("ids", shape=[None, 1], dtype="int64", lod_level=1)
+        emb = fluid.embedding(ids, size=[10, 4])
+        sq = fluid.layers.squeeze(emb, axes=[1])
+        un = fluid.layers.unsqueeze(sq, axes=[2])
+        front = fluid.layers.unsqueeze(sq, axes=[0])
+        fc = fluid.layers.fc(sq, size=6, bias_attr=False)
+        pooled = fluid.layers.sequence_pool(fc, "sum")
+    assert (sq.lod_level, un.lod_level, front.lod_level, fc.lod_level) == (1, 1, 0, 1)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    ids_v = np.array([[1], [2], [3], [4], [5]], "int64")
+    t = fluid.create_lod_tensor(ids_v, [[2, 3]], fluid.CPUPlace())
+    got, = exe.run(main, feed={"ids": t}, fetch_list=[pooled], scope=scope)
+    ops = main.global_block().ops
+    table_name = next(op.input("W")[0] for op in ops if op.type.startswith("lookup_table"))
+    w_name = next(op.input("Y")[0] for op in ops if op.type == "mul")
+    table, w = (np.asarray(scope.find_var(n).get_tensor()) for n in (table_name, w_name))
+    rows = table[ids_v[:, 0]] @ w
+    np.testing.assert_allclose(np.asarray(got), np.stack([rows[:2].sum(0), rows[2:].sum(0)]), rtol=1e-5)

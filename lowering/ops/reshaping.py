@@ -314,7 +314,9 @@ def squeeze_dims(shape, axes, fail) -> list[int]:
 def _squeeze2_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     drop = squeeze_dims(x.shape, ctx.attr("axes"), ctx.fail)
-    ctx.set_output("Out", tuple(d for i, d in enumerate(x.shape) if i not in drop), x.dtype, 0)
+    # Paddle's Squeeze2Op shares X's LoD when the first dim stays (the rows are the same rows)
+    lod = x.lod_level if x.ndim and 0 not in drop else 0
+    ctx.set_output("Out", tuple(d for i, d in enumerate(x.shape) if i not in drop), x.dtype, lod)
     _set_xshape(ctx, x)
 
 
@@ -357,7 +359,12 @@ def _unsqueeze2_shape(ctx: InferShapeContext) -> None:
         out = (-1,) * (x.ndim + n)
     else:
         out = unsqueeze_target(x.shape, ctx.attr("axes"), ctx.fail)
-    ctx.set_output("Out", out, x.dtype, 0)
+    # Paddle's Unsqueeze2Op shares X's LoD when the first dim stays the rows' dim
+    tensor_axes = ctx.input("AxesTensor") is not None or ctx.inputs("AxesTensorList")
+    marked = () if tensor_axes or not x.ndim else unsqueeze_target(tuple(range(2, 2 + x.ndim)), ctx.attr("axes"),
+                                                                     ctx.fail)
+    lod = x.lod_level if marked[:1] == (2,) else 0
+    ctx.set_output("Out", out, x.dtype, lod)
     _set_xshape(ctx, x)
 
 
