@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from ..ir import feed_sources
 from ..ir.errors import EOFException, FeedError
 from ..ir.variable import Variable
 from ..lowering.lod_tensor import LoDTensor
@@ -184,12 +185,14 @@ class GeneratorLoader:
             raise RuntimeError("DataLoader: start() called twice; call reset() after the pass (after EOFException)")
         self._pending = self._items()
         self._program._fluidjax_feed_source = self.next_feed
+        feed_sources.register(self._names, self.next_feed)   # clones / compiled forms of the program too
 
     def reset(self) -> None:
         """End the pass (after ``EOFException``, or to stop early): the generator is closed."""
         if self._pending is not None:
             self._pending.close()
             self._pending = None
+        feed_sources.unregister(self.next_feed)
         if getattr(self._program, "_fluidjax_feed_source", None) == self.next_feed:
             self._program._fluidjax_feed_source = None
 

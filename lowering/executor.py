@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..ir import dtypes, registry
+from ..ir import dtypes, feed_sources, registry
 from ..ir.errors import (FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError,
                          UnregisteredOpError)
 from ..ir.errors import LoopBoundError, ReentrantRunError, ResourceExhaustedError
@@ -577,7 +577,7 @@ class Executor:
         scope = global_scope() if scope is None else scope
         if feed is None:
             # A non-iterable DataLoader / PyReader started on this program feeds it (Fluid 1.x).
-            source = getattr(program, "_fluidjax_feed_source", None)
+            source = feed_sources.source_for(program)
             feed = source() if source is not None else {}
         elif feed.__class__ is not dict:
             if isinstance(feed, (list, tuple)) and len(feed) == 1 and isinstance(feed[0], Mapping):
@@ -877,7 +877,7 @@ class Executor:
         if off is not None:
             self._reinfer(plan, off)
         if flags.bucket_sequences:      # one row per sequence: bucketed with the sequences (feeds.py)
-            out = bucket_sequence_rows(out, [(s[0], s[3], s[2]) for s in plan.feed_specs])
+            out = bucket_sequence_rows(out, [(s[0], s[3], s[2]) for s in plan.feed_specs], plan.ops)
         return tuple(out)
 
     @staticmethod

@@ -69,3 +69,30 @@ def test_squeeze_and_fc_keep_the_rows_lod_for_sequence_layers():
     table, w = (np.asarray(scope.find_var(n).get_tensor()) for n in (table_name, w_name))
     rows = table[ids_v[:, 0]] @ w
     np.testing.assert_allclose(np.asarray(got), np.stack([rows[:2].sum(0), rows[2:].sum(0)]), rtol=1e-5)
+
+
+# -- 3. a started py_reader feeds its program's clones and compiled forms -----------------------
+def test_started_py_reader_feeds_a_clone_and_a_compiled_program():
+    """SSD: ``test_prog.clone(for_test=True)`` after building the reader, ``reader.start()``, then
+    ``exe.run(clone)`` with no feed; transformer: ``exe.run(CompiledProgram(prog)...)`` with no feed."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        reader = fluid.layers.py_reader(capacity=4, shapes=[[-1, 3]], dtypes=["float32"])
+        x = fluid.layers.read_file(reader)   # one slot: the Variable itself (Fluid 1.x)
+        y = fluid.layers.reduce_sum(x * 2.0)
+    clone = main.clone(for_test=True)
+    batches = [np.full((2, 3), i, "float32") for i in range(1, 5)]
+    reader.decorate_tensor_provider(lambda: iter([[b] for b in batches]))
+    exe = fluid.Executor(fluid.CPUPlace())
+    compiled = fluid.CompiledProgram(main)
+    got = []
+    reader.start()
+    try:
+        for prog in (clone, compiled, clone, main, clone):
+            got.append(float(np.asarray(exe.run(prog, fetch_list=[y.name], scope=fluid.Scope())[0]).reshape(())))
+    except fluid.core.EOFException:
+        reader.reset()
+    np.testing.assert_allclose(got, [b.sum() * 2 for b in batches])
+    # after reset, nothing feeds the clone
+    with pytest.raises(Exception):
+        exe.run(clone, fetch_list=[y.name], scope=fluid.Scope())

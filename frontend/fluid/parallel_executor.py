@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
+from ...ir import feed_sources
 from ...ir.errors import FeedError
 from ...ir.program import Program, default_main_program
 from ...lowering.executor import Executor
@@ -76,7 +77,7 @@ class ParallelExecutor:
         if feed is None and feed_dict is not None:
             feed = feed_dict
         if feed is None:
-            source = getattr(self._program, "_fluidjax_feed_source", None)
+            source = feed_sources.source_for(self._program)
             feed = source() if source is not None else {}
         elif isinstance(feed, (list, tuple)):
             feed = _concatenate(feed)
