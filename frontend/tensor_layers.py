@@ -124,16 +124,23 @@ def transpose(x: Variable, perm: Sequence[int], name: str | None = None) -> Vari
     return _xshape_op(helper, "transpose2", {"X": x}, {"axis": perm}, x)
 
 
-def flatten(x: Variable, start_axis: int = 0, stop_axis: int = -1, name: str | None = None, *,
+def flatten(x: Variable, start_axis: int | None = None, stop_axis: int | None = None, name: str | None = None, *,
             axis: int | None = None) -> Variable:
     """``x`` with dims ``start_axis`` … ``stop_axis`` merged into one (Paddle 2's ``flatten``,
-    op ``flatten_contiguous_range``). Fluid 1.x's ``flatten(x, axis=k)`` — the 2-D result
-    ``[prod(dims[:k]), prod(dims[k:])]``, op ``flatten2`` — when ``axis=`` is given by keyword.
-    (``flatten(x)`` with no axes is Paddle 2's 1-D result; Fluid's default was ``axis=1``.)
+    op ``flatten_contiguous_range``; ``stop_axis`` defaults to -1, ``start_axis`` to 0 when
+    ``stop_axis`` is given). Fluid 1.x's ``flatten(x, axis=k)`` — the 2-D result
+    ``[prod(dims[:k]), prod(dims[k:])]``, op ``flatten2`` — when ``axis=`` is given by keyword,
+    and ``flatten(x)`` with no axis at all is Fluid's ``fluid.layers.flatten(x)``: ``axis=1``,
+    the ``[N, prod(rest)]`` matrix (Paddle 2's no-axis 1-D result is ``flatten(x, 0)``).
 
+    >>> flatten(x)                   # x (-1, 3, 4, 5) -> (-1, 60)   (Fluid's default axis=1)
     >>> flatten(x, start_axis=1)     # x (-1, 3, 4, 5) -> (-1, 60)
     >>> flatten(x, axis=2)           # x (-1, 3, 4, 5) -> (-1, 20)
     """
+    if axis is None and start_axis is None and stop_axis is None:
+        axis = 1                     # Fluid 1.x's layers.flatten(x, axis=1)
+    start_axis = 0 if start_axis is None else start_axis
+    stop_axis = -1 if stop_axis is None else stop_axis
     if axis is not None:
         if not 0 <= int(axis) <= x.ndim:
             raise ShapeError(f"flatten: axis {axis} is out of range [0, {x.ndim}] for {x.shape}")

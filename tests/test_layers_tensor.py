@@ -44,7 +44,7 @@ def test_shape_and_layout_layers_match_paddle():
     x = layer.data("x", dims=[3, 4])
     outs = [
         layer.reshape(x, [0, 12]), layer.reshape(x, [-1, 2, 6]), layer.reshape(x, [0, 4, 3], activation="relu"),
-        layer.transpose(x, [0, 2, 1]), layer.flatten(x), layer.flatten(x, start_axis=1),
+        layer.transpose(x, [0, 2, 1]), layer.flatten(x, 0), layer.flatten(x, start_axis=1),
         layer.squeeze(layer.unsqueeze(x, [1, -1]), [1]), layer.unsqueeze(x, 0),
         layer.broadcast_to(layer.unsqueeze(x, [1]), [-1, 2, 3, 4]), layer.tile(x, [1, 2, 1]), layer.tile(x, [2]),
     ]

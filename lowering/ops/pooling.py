@@ -39,10 +39,18 @@ def _pool_geometry(in_sizes, attrs):
         if size < 0 or k < 0 or p[0] < 0:
             out.append(-1)
         elif attrs.get("ceil_mode"):
-            out.append((size + p[0] + p[1] - k + s - 1) // s + 1)
+            out.append(_c_div(size + p[0] + p[1] - k + s - 1, s) + 1)
         else:
-            out.append((size + p[0] + p[1] - k) // s + 1)
+            out.append(_c_div(size + p[0] + p[1] - k, s) + 1)
     return ksize, strides, pads, out
+
+
+def _c_div(a: int, b: int) -> int:
+    """``a / b`` in C++ ints (Paddle's PoolOutputSize): truncated toward zero, so a window larger
+    than the padded input by less than a stride still gives one output (GoogLeNet's 7x7 stride-7
+    pool of a 6x6 map: ``(6 - 7) / 7 + 1 = 1``), whose window the kernel cuts to the input."""
+    q = abs(a) // b
+    return q if a >= 0 else -q
 
 
 _POOL_ATTR_NAMES = ("ksize", "strides", "paddings", "ceil_mode", "exclusive", "global_pooling", "adaptive",
