@@ -96,3 +96,90 @@ def test_started_py_reader_feeds_a_clone_and_a_compiled_program():
     # after reset, nothing feeds the clone
     with pytest.raises(Exception):
         exe.run(clone, fetch_list=[y.name], scope=fluid.Scope())
+
+
+# -- 4. fluid.contrib.layers basic_lstm / basic_gru ----------------------------------------------
+def _sig(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _np_lstm_step(x, h, c, w, b, forget_bias):
+    i, f, j, o = np.split(np.concatenate([x, h], 1) @ w + b, 4, axis=1)
+    c2 = c * _sig(f + forget_bias) + _sig(i) * np.tanh(j)
+    return np.tanh(c2) * _sig(o), c2
+
+
+def _np_gru_step(x, h, wg, bg, wc, bc):
+    r, u = np.split(_sig(np.concatenate([x, h], 1) @ wg + bg), 2, axis=1)
+    m = np.tanh(np.concatenate([x, r * h], 1) @ wc + bc)
+    return u * h + (1 - u) * m
+
+
+def _param(scope, main, prefix, kind):
+    names = sorted(p.name for p in main.global_block().all_parameters() if p.name.startswith(prefix) and kind in p.name)
+    return [np.asarray(scope.find_var(n).get_tensor()) for n in names]
+
+
+def test_basic_lstm_two_layers_bidirectional_with_lengths_matches_numpy():
+    """language_model (rnn_model='basic_lstm'): Fluid 1.8's contrib basic_lstm, checked step by step
+    against NumPy: 2 layers, both directions, initial states given, padded steps masked."""
+    B, T, D, H, L = 3, 4, 5, 6, 2
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.data("x", shape=[B, T, D], dtype="float32")
+        h0 = fluid.data("h0", shape=[L * 2, B, H], dtype="float32")
+        c0 = fluid.data("c0", shape=[L * 2, B, H], dtype="float32")
+        lens = fluid.data("lens", shape=[B], dtype="int64")
+        from fluidjax.contrib.layers import basic_lstm
+        out, last_h, last_c = basic_lstm(x, h0, c0, H, num_layers=L, sequence_length=lens, bidirectional=True,
+                                         forget_bias=0.5, name="lm")
+    assert out.shape[-1] == 2 * H
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.normal(size=(B, T, D)).astype("float32"), "h0": rng.normal(size=(L * 2, B, H)).astype("float32"),
+            "c0": rng.normal(size=(L * 2, B, H)).astype("float32"), "lens": np.array([4, 2, 3], "int64")}
+    got = exe.run(main, feed=feed, fetch_list=[out, last_h, last_c], scope=scope)
+    mask = (np.arange(T)[None, :] < feed["lens"][:, None]).astype("float32")     # [B, T]
+    h0r, c0r = feed["h0"].reshape(L, 2, B, H), feed["c0"].reshape(L, 2, B, H)
+    outs, lh, lc = [], np.zeros((L, 2, B, H), "float32"), np.zeros((L, 2, B, H), "float32")
+    for d, prefix in enumerate(("lm_layers_", "lm_reverse_layers_")):
+        seq = feed["x"] if d == 0 else feed["x"][:, ::-1]
+        m = mask if d == 0 else mask[:, ::-1]
+        for layer in range(L):
+            (w,), (b,) = _param(scope, main, f"{prefix}{layer}/", ".w_"), _param(scope, main, f"{prefix}{layer}/", ".b_")
+            h, c, ys = h0r[layer, d], c0r[layer, d], []
+            for t in range(T):
+                h2, c2 = _np_lstm_step(seq[:, t], h, c, w, b, 0.5)
+                mt = m[:, t:t + 1]
+                h, c = h2 * mt + h * (1 - mt), c2 * mt + c * (1 - mt)
+                ys.append(h)
+            seq = np.stack(ys, 1)
+            lh[layer, d], lc[layer, d] = h, c
+        outs.append(seq if d == 0 else seq[:, ::-1])
+    np.testing.assert_allclose(np.asarray(got[0]), np.concatenate(outs, 2), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[1]), lh.reshape(L * 2, B, H), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[2]), lc.reshape(L * 2, B, H), rtol=1e-4, atol=1e-5)
+
+
+def test_basic_gru_zero_initial_state_time_major_matches_numpy():
+    """Fluid 1.8's contrib basic_gru (no initial state: zeros; time-major input) against NumPy."""
+    B, T, D, H = 2, 3, 4, 5
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.data("x", shape=[T, B, D], dtype="float32")
+        out, last = fluid.contrib.layers.basic_gru(x, None, H, batch_first=False, name="g")
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    xv = np.random.default_rng(1).normal(size=(T, B, D)).astype("float32")
+    got = exe.run(main, feed={"x": xv}, fetch_list=[out, last], scope=scope)
+    wc, wg = _param(scope, main, "g_layers_0/", ".w_")      # sorted: candidate's name before gate's
+    bc, bg = _param(scope, main, "g_layers_0/", ".b_")
+    if wg.shape[1] != 2 * H:
+        wc, wg, bc, bg = wg, wc, bg, bc
+    h, ys = np.zeros((B, H), "float32"), []
+    for t in range(T):
+        h = _np_gru_step(xv[t], h, wg, bg, wc, bc)
+        ys.append(h)
+    np.testing.assert_allclose(np.asarray(got[0]), np.stack(ys), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[1]), h[None], rtol=1e-4, atol=1e-5)

@@ -23,7 +23,7 @@ from ...lowering import lod_tensor
 from .. import (clip, data_feeder, initializer, input_layers, io, layers, nets, optimizer, param_attr,
                 regularizer)
 from .. import amp
-from .. import distributions, evaluator, metrics, profiler
+from .. import contrib_rnn, distributions, evaluator, metrics, profiler
 from . import backward, compiler, core, dygraph, executor, framework, learning_rate_scheduler, reader, transpiler
 from . import contrib, mixed_precision, parallel_executor
 
@@ -46,4 +46,5 @@ MODULE_PATHS: dict[str, ModuleType] = {
 # installed as modules and as attributes of their parent.
 SUBMODULE_PATHS: dict[str, ModuleType] = {"layers.learning_rate_scheduler": learning_rate_scheduler,
                                           "layers.distributions": distributions,
-                                          "contrib.mixed_precision": mixed_precision}
+                                          "contrib.mixed_precision": mixed_precision,
+                                          "contrib.layers": contrib_rnn}
