@@ -500,7 +500,11 @@ class PrecompiledStep:
                        f"{[list(s) for s, _ in sig]} ({', '.join(d.name for _, d in sig)})")
         else:
             header, raw = entry
+            env = header["key"]["environment"]
             try:
+                if (env["platform"], env["device_kind"]) != (self._device.platform, self._device.device_kind):
+                    raise CompiledModelError(f"it was compiled for a {env['device_kind']} ({env['platform']}), this "
+                                             f"Executor runs on {self._device}")
                 compiled = _deserialize(header, raw, self._device)
                 leaves = jax.tree_util.tree_leaves(args)
                 want = [_aval_from_json(a) for a in header["in_avals"]]
@@ -513,7 +517,6 @@ class PrecompiledStep:
             except Exception as exc:  # noqa: BLE001  (XLA refusing the bytes, a malformed header: compile)
                 self._warn(f"it could not be loaded ({type(exc).__name__}: {exc})")
                 compiled = None
-            header = raw = None
         self._ready[sig] = compiled
         return compiled
 
