@@ -23,7 +23,7 @@ __all__ = ["convert_to_list", "is_sequence", "flatten", "pack_sequence_as", "map
            "hold_mutable_vars", "copy_mutable_vars", "assert_same_structure", "wrap_decorator",
            "signature_safe_contextmanager", "get_logger", "deprecated", "autodoc", "templatedoc",
            "monkey_patch_variable", "memory_usage", "no_grad", "device_guard",
-           "require_version", "FLUID_API_VERSION"]
+           "require_version", "FLUID_API_VERSION", "get_cuda_device_count"]
 
 # The Fluid release whose Python API fluidjax follows (``require_version`` compares with it).
 FLUID_API_VERSION = "1.8.5"
@@ -191,3 +191,11 @@ def memory_usage(program, batch_size: int) -> tuple[float, float, str]:
             total /= 1024
             unit = bigger
     return total * 1.05, total * 1.1, unit
+
+
+def get_cuda_device_count() -> int:
+    """The number of NVIDIA GPUs JAX can use in this process (Fluid's
+    ``fluid.core.get_cuda_device_count()``): 0 on a CPU-only machine."""
+    from ..lowering.places import cuda_places
+
+    return len(cuda_places())

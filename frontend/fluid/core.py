@@ -6,5 +6,7 @@ from ...lowering.places import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled
 from ...lowering.scope import Scope
 from ...ir.errors import EOFException
 from ...ir.dtypes import VarDesc
+from ..fluid_helpers import get_cuda_device_count
 
-__all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "EOFException", "LoDTensor", "Scope", "VarDesc", "is_compiled_with_cuda"]
+__all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "EOFException", "LoDTensor", "Scope", "VarDesc",
+           "get_cuda_device_count", "is_compiled_with_cuda"]

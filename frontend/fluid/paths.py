@@ -261,7 +261,7 @@ class _PathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 # Fluid 1.8's ``paddle.fluid`` namespace: the modules whose names it re-exports (its __init__'s
 # ``from .X import *`` and named imports), and single names from elsewhere.
 _ROOT_FROM = ("framework", "executor", "trainer_desc", "transpiler", "parallel_executor", "lod_tensor",
-              "data_feed_desc", "compiler", "backward", "dygraph.nn")
+              "data_feed_desc", "compiler", "backward", "dygraph.nn", "dataset")
 _ROOT_NAMES = {"Layer": "dygraph.layers", "enable_dygraph": "dygraph.base", "disable_dygraph": "dygraph.base",
                "enable_imperative": "dygraph.base", "disable_imperative": "dygraph.base", "save": "io", "load": "io",
                "load_program_state": "io", "set_program_state": "io", "save_dygraph": "dygraph.checkpoint",
