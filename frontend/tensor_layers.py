@@ -291,11 +291,19 @@ def slice(input: Variable, axes: Sequence[int], starts: Sequence[int], ends: Seq
     >>> slice(x, axes=[1], starts=[1], ends=[-1])   # x (-1, 5) -> (-1, 3)
     """
     axes = [_axis(a, input.ndim, "slice") for a in _ints(axes, "axes", "slice")]
-    starts, ends = _ints(starts, "starts", "slice"), _ints(ends, "ends", "slice")
     helper = LayerHelper("slice")
+    # A bound may be a Variable (or a list holding some): Fluid 1.8's StartsTensor(List) /
+    # EndsTensor(List), read when the step is traced (values computed from shapes are concrete).
+    starts, start_inputs = shape_arguments(starts, "slice", helper, tensor_slot="StartsTensor",
+                                           list_slot="StartsTensorList")
+    ends, end_inputs = shape_arguments(ends, "slice", helper, tensor_slot="EndsTensor", list_slot="EndsTensorList")
+    flags = [1] * len(axes)
+    if start_inputs or end_inputs:
+        flags = [-1] * len(axes) if any(k in ("StartsTensor", "EndsTensor") for k in (*start_inputs, *end_inputs)) \
+            else [-1 if s == -1 or e == -1 else 1 for s, e in zip(starts, ends)]
     return helper.simple_op("slice", {"Input": input, "StartsTensor": [], "EndsTensor": [],
-                                      "StartsTensorList": [], "EndsTensorList": []},
-                            {"axes": axes, "starts": starts, "ends": ends, "infer_flags": [1] * len(axes),
+                                      "StartsTensorList": [], "EndsTensorList": [], **start_inputs, **end_inputs},
+                            {"axes": axes, "starts": starts, "ends": ends, "infer_flags": flags,
                              "decrease_axis": []})
 
 

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..ir.variable import Variable
 from .layer_helper import LayerHelper
-from .layer_args import activate
+from .layer_args import activate, shape_arguments
 from .math_layers import _reduce_layer, fluid1_one_element
 
 __all__ = ["bmm", "kron", "dot", "t", "index_select", "index_sample", "dist", "tril", "triu", "flip", "reverse",
@@ -215,11 +215,14 @@ def pad2d(input: Variable, paddings=(0, 0, 0, 0), mode: str = "constant", pad_va
 
 def crop_tensor(x: Variable, shape=None, offsets=None, name: str | None = None) -> Variable:
     """The region of ``x`` of ``shape`` (-1: to the end) starting at ``offsets`` (0 when None)."""
-    if isinstance(shape, Variable) or isinstance(offsets, Variable):
-        raise TypeError("crop_tensor: shape and offsets must be lists of ints here (static shapes)")
-    shape = _ints(shape if shape is not None else x.shape)
-    offsets = _ints(offsets) if offsets is not None else [0] * x.ndim
-    return _op("crop_tensor", {"X": x}, {"shape": shape, "offsets": offsets}, name)
+    helper = LayerHelper("crop_tensor", name)
+    # shape / offsets may be Variables or lists holding some (Fluid 1.8's Shape / ShapeTensor,
+    # Offsets / OffsetsTensor); the shape's values must be known when the step is traced.
+    shape, inputs = shape_arguments(shape if shape is not None else list(x.shape), "crop_tensor", helper,
+                                    tensor_slot="Shape", list_slot="ShapeTensor")
+    offsets, offset_inputs = shape_arguments(offsets if offsets is not None else [0] * x.ndim, "crop_tensor",
+                                             helper, tensor_slot="Offsets", list_slot="OffsetsTensor")
+    return helper.simple_op("crop_tensor", {"X": x, **inputs, **offset_inputs}, {"shape": shape, "offsets": offsets})
 
 
 def crop(x: Variable, shape=None, offsets=None, name: str | None = None) -> Variable:

@@ -183,3 +183,24 @@ def test_basic_gru_zero_initial_state_time_major_matches_numpy():
         ys.append(h)
     np.testing.assert_allclose(np.asarray(got[0]), np.stack(ys), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(got[1]), h[None], rtol=1e-4, atol=1e-5)
+
+
+def test_slice_and_crop_with_variable_bounds_match_paddle():
+    """``slice(x, axes, starts=[0], ends=[shape(x)[1] - 1])`` and ``crop_tensor(x, shape=[n, 2],
+    offsets=[0, var])``: Fluid 1.8's StartsTensorList / EndsTensorList / ShapeTensor / OffsetsTensor."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[5], dtype="float32")
+        n = fluid.layers.shape(x)[0]
+        m = fluid.layers.shape(x)[1]
+        one = fluid.layers.fill_constant([1], "int32", 1)
+        s = fluid.layers.slice(x, axes=[1], starts=[one], ends=[m - 1])
+        c = fluid.layers.crop_tensor(x, shape=[n, 2], offsets=[0, one])
+    fetch = [s.name, c.name]
+    feed = {"x": np.arange(15, dtype="float32").reshape(3, 5)}
+    ours = fluid.Executor(fluid.CPUPlace()).run(main, feed=feed, fetch_list=fetch, scope=fluid.Scope())
+    theirs = po.run(main.serialize(), feed, fetch, {})
+    np.testing.assert_array_equal(np.asarray(ours[0]), feed["x"][:, 1:4])
+    np.testing.assert_array_equal(np.asarray(ours[1]), feed["x"][:, 1:3])
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(np.asarray(a), b)
