@@ -522,13 +522,16 @@ class PrecompiledStep:
 
 
 class _Loaded:
-    """``PrecompiledStep.lower``'s stand-in for a ``jax.stages.Lowered``."""
+    """``PrecompiledStep.lower``'s stand-in for a ``jax.stages.Lowered``: ``compile()`` is the loaded
+    executable; anything else (``as_text``, ``compiler_ir``) lowers the step for real when asked."""
 
     def __init__(self, compiled, jitted, args) -> None:
         self._compiled, self._jitted, self._args = compiled, jitted, args
 
-    def compile(self):
+    def compile(self, *_, **__):
         return self._compiled
 
-    def as_text(self, *a, **k):
-        return self._jitted.lower(*self._args).as_text(*a, **k)
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._jitted.lower(*self._args), name)
