@@ -11,22 +11,30 @@ too, as Fluid's shared reader variable fed them.
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Sequence
 
 from .errors import FeedError
 
-_STARTED: list[tuple[tuple[str, ...], Callable[[], dict]]] = []
+# (names, source): a bound method is held weakly (a loader dropped without reset() stops feeding).
+_STARTED: list[tuple[tuple[str, ...], Callable[[], Callable[[], dict] | None]]] = []
+
+
+def _ref(source: Callable[[], dict]):
+    if hasattr(source, "__self__") and hasattr(source, "__func__"):
+        return weakref.WeakMethod(source)
+    return lambda: source
 
 
 def register(names: Sequence[str], source: Callable[[], dict]) -> None:
     """Record a started reader: ``source()`` returns the next feed of variables ``names``."""
     unregister(source)
-    _STARTED.append((tuple(names), source))
+    _STARTED.append((tuple(names), _ref(source)))
 
 
 def unregister(source: Callable[[], dict]) -> None:
-    """Forget a reader (its ``reset()``)."""
-    _STARTED[:] = [(n, s) for n, s in _STARTED if s != source]
+    """Forget a reader (its ``reset()``), and any whose loader is gone."""
+    _STARTED[:] = [(n, r) for n, r in _STARTED if r() is not None and r() != source]
 
 
 def source_for(program) -> Callable[[], dict] | None:
@@ -44,7 +52,7 @@ def source_for(program) -> Callable[[], dict] | None:
     if not hasattr(program, "global_block"):
         return None
     block = program.global_block()
-    found = [(n, s) for n, s in _STARTED if n and all(block.has_var(v) for v in n)]
+    found = [(n, r()) for n, r in _STARTED if n and r() is not None and all(block.has_var(v) for v in n)]
     if len(found) > 1:
         raise FeedError(f"several started readers feed this program's variables ({[n for n, _ in found]}); "
                         "reset() the readers not in use, or pass feed= explicitly")
