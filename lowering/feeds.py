@@ -151,21 +151,71 @@ def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, .
     return from_host(np.asarray(data), lod, flags.bucket_sequences)
 
 
-def bucket_sequence_rows(values: list, specs) -> list:
+_ROW_READERS: dict = {}
+
+
+def _read_as_rows(ops) -> frozenset:
+    """The names every forward op of ``ops`` reading them takes as counted rows (registry role
+    ``"rows"``: a loss's Label, an elementwise operand), none inside a sub-block, none read by a
+    LoD-aware op (a sequence op would take a counted value as one sequence). Cached per op list."""
+    hit = _ROW_READERS.get(id(ops))
+    if hit is not None and hit[0] is ops:
+        return hit[1]
+    from ..ir import registry
+    from .lower import LOD_AWARE, ops_with_sub_blocks
+    top = {id(op) for op in ops}
+    good, bad = set(), set()
+    for op in ops_with_sub_blocks(ops):
+        names = set(op.input_arg_names)
+        if id(op) not in top or op.type in LOD_AWARE or block_refs(op):
+            bad |= names
+            continue
+        if op.type.endswith("_grad"):    # a grad op takes what its forward op took
+            continue
+        if not registry.has(op.type):
+            bad |= names
+            continue
+        opdef = registry.get(op.type)
+        try:
+            values = {}
+            for slot, vs in op.inputs.items():
+                vars_ = [op.block.find_var(n) for n in vs]
+                values[slot] = [None if v is None else jax.ShapeDtypeStruct(
+                    tuple(max(int(d), 1) for d in v.shape), dtypes.to_numpy(v.dtype)) for v in vars_]
+            roles = registry.count_roles(opdef, op, values)
+        except Exception:          # a role rule that needs the values themselves: not a row reader
+            bad |= names
+            continue
+        for slot, vs in op.inputs.items():
+            (good if roles.get(slot) == "rows" else bad).update(vs)
+    result = frozenset(good - bad)
+    if len(_ROW_READERS) > 256:
+        _ROW_READERS.clear()
+    _ROW_READERS[id(ops)] = (ops, result)
+    return result
+
+
+def bucket_sequence_rows(values: list, specs, ops) -> list:
     """Under ``FLAGS_bucket_sequences``: each dense feed (lod_level 0, dim 0 not fixed by its
     declaration) whose first dim equals the real sequence count of a LoD feed of the same run
-    (a label with one row per sequence) as counted rows padded to that count's bucket, so its
-    shape changes no more often than the LoD feeds' do. Its real count travels with it
+    (a label with one row per sequence), and which every op of ``ops`` reading it takes as rows
+    (:func:`_read_as_rows`), as counted rows padded to that count's bucket, so its shape changes
+    no more often than the LoD feeds' do. Its real count travels with it
     (``docs/ops_data_dependent.md``): fetches, ``mean`` and row-wise losses see the real rows only.
+    Other dense feeds are left as they are (their shape is the step's signature).
     ``values`` and ``specs`` (``(name, var, declared)`` per feed) are in feed order."""
     counts = {int(v.offsets.count) for v in values
               if v.__class__ is LoDValue and v.offsets.__class__ is Offsets and v.offsets.count is not None}
     if not counts:
         return values
     out = list(values)
+    readers = None
     for i, (value, (name, var, declared)) in enumerate(zip(values, specs)):
         if (value.__class__ is LoDValue or var.lod_level or getattr(value, "ndim", 0) < 1
-                or (declared and declared[0] >= 0)):
+                or (declared and declared[0] >= 0) or int(value.shape[0]) not in counts):
+            continue
+        readers = _read_as_rows(ops) if readers is None else readers
+        if name not in readers:
             continue
         n = int(value.shape[0])
         if n not in counts or bucket(n) == n:

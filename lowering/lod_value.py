@@ -176,6 +176,14 @@ def note_sequence_count(offsets_level, count) -> None:
         counts[id(offsets_level)] = (offsets_level, count)
 
 
+def same_sequences(new_level, old_level):
+    """``new_level`` (outermost offsets an op built with one sequence per sequence of
+    ``old_level``: sequence_erase, sequence_reshape) keeping ``old_level``'s real sequence count
+    (:func:`sequence_count`); returns ``new_level``."""
+    note_sequence_count(new_level, sequence_count(old_level))
+    return new_level
+
+
 def counted_rows(out, offsets_level):
     """``out`` (one row per sequence of ``offsets_level``) as a counted value of the real sequences
     when the level carries padding sequences (:func:`sequence_count`); else ``out`` as it is."""

@@ -28,7 +28,7 @@ from jax import lax
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
 from ..checks import IndexInput, index_inputs
-from ..lod_value import LoDValue
+from ..lod_value import LoDValue, counted_rows, sequence_count
 from ..lower import lod_aware
 
 # Rows 0 and 1 of a CRF's Transition are the start and end weights; transitions follow.
@@ -300,8 +300,12 @@ def linear_chain_crf(ctx):
         emission_exps = jnp.where(rows.real[:, None], emission_exps, zero)
     else:      # Paddle fills EmissionExps for every padded position too
         alpha, emission_exps = alpha.reshape(padded + (tags,)), emission_exps.reshape(padded + (tags,))
+    nll = nll[:, None]
+    emission = ctx.input("Emission")
+    if emission.__class__ is LoDValue:     # one row per sequence: padding sequences not counted
+        nll = counted_rows(nll, emission.offsets[0])
     return {"Alpha": alpha, "EmissionExps": emission_exps, "TransitionExps": jnp.exp(trans),
-            "LogLikelihood": nll[:, None]}
+            "LogLikelihood": nll}
 
 
 # -- crf_decoding ------------------------------------------------------------------------------
@@ -518,7 +522,12 @@ def edit_distance(ctx):
     out = distance.astype(jnp.float32)
     if ctx.attr("normalized"):
         out = out / ref_len.astype(jnp.float32)
-    return {"SequenceNum": jnp.asarray([count], jnp.int64), "Out": out[:, None]}
+    out = out[:, None]
+    hyps_in = ctx.input("Hyps")
+    real = sequence_count(hyps_in.offsets[0]) if hyps_in.__class__ is LoDValue else None
+    if real is not None:                   # padding sequences (FLAGS_bucket_sequences) not counted
+        out, count = counted_rows(out, hyps_in.offsets[0]), real
+    return {"SequenceNum": jnp.reshape(jnp.asarray(count, jnp.int64), (1,)), "Out": out}
 
 
 lod_aware("linear_chain_crf", "crf_decoding", "chunk_eval", "edit_distance")

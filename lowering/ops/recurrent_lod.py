@@ -44,7 +44,7 @@ from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
-from ..lod_value import LoDValue
+from ..lod_value import LoDValue, sequence_count
 from ..lower import lod_aware, plain_row_outputs
 from ._shapes import dims_equal
 
@@ -325,6 +325,11 @@ def _initial(ctx, slot: str, count: int, size: int, dtype):
     v = ctx.input(slot)
     if v is None:
         return jnp.zeros((count, size), dtype)
+    x = ctx.input("Input")
+    if (v.ndim == 2 and v.shape[0] < count and v.shape[1] == size and x.__class__ is LoDValue
+            and sequence_count(x.offsets[0]) is not None):
+        # padding sequences (FLAGS_bucket_sequences) are empty: their initial state is never read
+        v = jnp.concatenate([jnp.asarray(v, dtype), jnp.zeros((count - v.shape[0], size), dtype)])
     if tuple(v.shape) != (count, size):
         raise ValueError(f"{slot} must be [num_sequences, D] = [{count}, {size}] for this Input, got {tuple(v.shape)}")
     return jnp.asarray(v, dtype)

@@ -18,7 +18,8 @@ from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
 from ..checks import bound_checked
-from ..lod_value import LoDValue, longest_of, note_longest
+from ..lod_value import (LoDValue, counted_rows, longest_of, note_longest, note_sequence_count, same_sequences,
+                         sequence_count)
 from ..lower import lod_aware
 
 
@@ -113,6 +114,11 @@ def sequence_expand(ctx):
     if x.__class__ is LoDValue and not lod_x and ref.shape[0] < count + 1:
         count = int(ref.shape[0]) - 1           # rows past Y's sequences are X's padding
         data = data[:count]
+    if (x.__class__ is not LoDValue and level == 0 and ref.shape[0] > count + 1
+            and sequence_count(ref) is not None):
+        # Y's padding sequences (FLAGS_bucket_sequences) are empty: X's rows for them are never copied
+        data = jnp.concatenate([data, jnp.zeros((int(ref.shape[0]) - 1 - count,) + data.shape[1:], data.dtype)])
+        count = int(ref.shape[0]) - 1
     if ref.shape[0] < count + 1 or (level == 0 and ref.shape[0] != count + 1):
         raise OpRuntimeError(f"sequence_expand: X has {count} sequences but Y's level {level} has "
                              f"{int(ref.shape[0]) - 1}; they must match")
@@ -178,7 +184,8 @@ def sequence_pad(ctx):
     rows = data[source]                                                       # [count, steps, ...]
     fill = pad.astype(data.dtype).reshape(() if pad.size == 1 else data.shape[1:])
     out = jnp.where(inside.reshape(inside.shape + (1,) * (data.ndim - 1)), rows, fill)
-    return {"Out": out, "Length": lengths.astype(jnp.int64)}
+    # one row per sequence: with padding sequences (FLAGS_bucket_sequences), only the real ones count
+    return {"Out": counted_rows(out, offsets), "Length": counted_rows(lengths.astype(jnp.int64), offsets)}
 
 
 def _unpad_shape(ctx: InferShapeContext) -> None:
@@ -196,6 +203,9 @@ def sequence_unpad(ctx):
     LoD tensor (a 2-D X gives [rows, 1]). Padded inside a step to count * steps rows."""
     x, length = ctx.input("X"), ctx.input("Length")
     x = x.data if x.__class__ is LoDValue else x
+    real_count = None
+    if length.__class__ is LoDValue:      # counted lengths (sequence_pad's under FLAGS_bucket_sequences)
+        real_count, length = length.row_count(), length.data
     count, steps = x.shape[0], x.shape[1]
     given = length.reshape(-1)
     fits = (given >= 0) & (given <= steps)
@@ -208,6 +218,7 @@ def sequence_unpad(ctx):
     out = _rows_where(real, flat[jnp.clip(seg * steps + pos, 0, max(count * steps - 1, 0))])
     if x.ndim == 2:
         out = out.reshape(out.shape[0], 1)
+    note_sequence_count(offsets, real_count)
     return {"Out": LoDValue(out, (offsets,))}
 
 
@@ -255,16 +266,23 @@ def _slice_shape(ctx: InferShapeContext) -> None:
 def sequence_slice(ctx):
     """Sequence i of Out is rows ``[Offset[i], Offset[i] + Length[i])`` of sequence i of X."""
     x = ctx.input("X")
-    start = ctx.input("Offset").reshape(-1).astype(jnp.int32)
-    length = ctx.input("Length").reshape(-1).astype(jnp.int32)
     x_off = x.offsets[0]
+
+    def per_sequence(slot):        # [count]; X's padding sequences (FLAGS_bucket_sequences): empty slices
+        v = ctx.input(slot)
+        v = (v.data if v.__class__ is LoDValue else v).reshape(-1).astype(jnp.int32)
+        if v.shape[0] < x_off.shape[0] - 1 and sequence_count(x_off) is not None:
+            v = jnp.concatenate([v, jnp.zeros((x_off.shape[0] - 1 - v.shape[0],), jnp.int32)])
+        return v
+
+    start, length = per_sequence("Offset"), per_sequence("Length")
     seq_len = x_off[1:] - x_off[:-1]
     end = start + length
     fits = (start >= 0) & (length >= 0) & (end <= seq_len)
     _check(ctx, fits, _first_bad(fits, jnp.where(start < 0, start, jnp.where(length < 0, length, end))),
            "every slice must lie within its sequence (Offset >= 0, Length >= 0, Offset + Length <= the "
            "sequence's length); the offending Offset, Length or Offset + Length")
-    offsets = _with_zero(length)
+    offsets = same_sequences(_with_zero(length), x_off)
     seg, pos, real = _owner(offsets, x.data.shape[0])
     source = jnp.clip(x_off[seg] + start[seg] + pos, 0, x.data.shape[0] - 1)
     return {"Out": LoDValue(_rows_where(real, x.data[source]), (offsets,))}
@@ -295,7 +313,8 @@ def sequence_reshape(ctx):
     _check(ctx, fits, _first_bad(fits, values), f"every sequence's values (length x {width}) must make whole rows "
            f"of new_dim = {new_dim}; a sequence's number of values", bound=new_dim, lod=True)
     offsets = (x.offsets[0] * width) // new_dim
-    return {"Out": LoDValue(flat.reshape(out_rows, new_dim), (offsets.astype(jnp.int32),))}
+    offsets = same_sequences(offsets.astype(jnp.int32), x.offsets[0])
+    return {"Out": LoDValue(flat.reshape(out_rows, new_dim), (offsets,))}
 
 
 # -- sequence_erase --------------------------------------------------------------------------------
@@ -321,7 +340,7 @@ def sequence_erase(ctx):
     before = _with_zero(keep)                    # kept rows before each row
     target = jnp.where(keep, before[:-1], rows)  # dropped rows go past the end
     out = jnp.zeros_like(ids).at[target].set(ids, mode="drop")
-    offsets = before[x.offsets[0]]
+    offsets = same_sequences(before[x.offsets[0]], x.offsets[0])
     return {"Out": LoDValue(out.reshape(x.data.shape), (offsets,))}
 
 
