@@ -111,3 +111,43 @@ def test_flag_off_keeps_the_sequence_count_in_the_signature():
         got = exe.run(main, feed={"x": _lod(np.ones((n, 2), np.float32), [1] * n)}, fetch_list=[out])[0]
         assert got.shape == (n, 2)
     assert exe.trace_count - before == 2
+
+
+def test_crf_costs_count_only_real_sequences(bucketed):
+    """linear_chain_crf's one-row-per-sequence cost: counted, so its mean and gradient are those
+    of the real sequences (oracle: every sequence alone, flag off)."""
+    tags = 3
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 5
+    with fj.program_guard(main, startup):
+        x = layer.data("x", shape=[4], lod_level=1)
+        target = layer.data("target", shape=[1], dtype="int64", lod_level=1)
+        emission = layer.fc(x, size=tags)
+        cost = layer.linear_chain_crf(emission, target, param_attr=fj.ParamAttr(name="crfw"))
+        avg = layer.mean(cost)
+        fj.append_backward(avg)
+    fetch = [cost, avg, "crfw@GRAD"]
+    exe, scope = fj.Executor(), fj.Scope()
+    rng = np.random.default_rng(11)
+    with fj.scope_guard(scope):
+        exe.run(startup)
+        batches = []
+        for _ in range(12):
+            n = int(rng.integers(1, 10))
+            lengths = rng.integers(1, 5, n)
+            rows = int(lengths.sum())
+            batches.append((lengths, rng.standard_normal((rows, 4)).astype(np.float32),
+                            rng.integers(0, tags, (rows, 1)).astype(np.int64)))
+        start = exe.trace_count
+        got = [exe.run(main, feed={"x": _lod(d, l), "target": _lod(t, l)}, fetch_list=fetch)
+               for l, d, t in batches]
+        assert exe.trace_count - start <= 8
+        fj.set_flags({"FLAGS_bucket_sequences": False})
+        for (lengths, data, target), (c, a, g) in list(zip(batches, got))[:4]:
+            starts = np.concatenate([[0], np.cumsum(lengths)])
+            alone = [exe.run(main, feed={"x": _lod(data[s:e], [e - s]), "target": _lod(target[s:e], [e - s])},
+                             fetch_list=fetch) for s, e in zip(starts[:-1], starts[1:])]
+            assert c.shape == (len(lengths), 1)
+            np.testing.assert_allclose(c, np.concatenate([x[0] for x in alone]), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(a, np.mean([float(x[1]) for x in alone]), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(g, np.mean([x[2] for x in alone], axis=0), rtol=1e-4, atol=1e-5)
