@@ -57,3 +57,26 @@ def source_for(program) -> Callable[[], dict] | None:
         raise FeedError(f"several started readers feed this program's variables ({[n for n, _ in found]}); "
                         "reset() the readers not in use, or pass feed= explicitly")
     return found[0][1] if found else None
+
+
+def with_reader_feed(program, feed: dict) -> dict:
+    """``feed`` plus the next batch of the started reader whose variables ``program`` declares and
+    ``feed`` does not give (Fluid ran the reader's ``read`` op whatever else was fed: the 1.4
+    transformer feeds its position-encoding tables on the first run of a py_reader program)."""
+    if not _STARTED or not feed:
+        return feed
+    inner = getattr(program, "_program", None) or getattr(program, "program", None)
+    program = inner if inner is not None and hasattr(inner, "global_block") else program
+    if not hasattr(program, "global_block"):
+        return feed
+    block = program.global_block()
+    found = [(n, r()) for n, r in _STARTED
+             if n and r() is not None and all(block.has_var(v) for v in n) and not any(v in feed for v in n)]
+    if len(found) != 1:
+        return feed
+    return {**found[0][1](), **feed}
+
+
+def any_started() -> bool:
+    """Whether some reader is started (the executor's hot path skips the lookup otherwise)."""
+    return bool(_STARTED)

@@ -585,6 +585,8 @@ class Executor:
             if not isinstance(feed, Mapping):
                 raise FeedError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
             feed = dict(feed)
+        if feed_sources.any_started():
+            feed = feed_sources.with_reader_feed(program, feed)   # a started reader's variables, fed or not
         if fetch_list is None:
             fetch_names = ()
         elif isinstance(fetch_list, (str, Variable)):

@@ -204,3 +204,21 @@ def test_slice_and_crop_with_variable_bounds_match_paddle():
     np.testing.assert_array_equal(np.asarray(ours[1]), feed["x"][:, 1:3])
     for a, b in zip(ours, theirs):
         np.testing.assert_array_equal(np.asarray(a), b)
+
+
+def test_started_py_reader_joins_a_partial_feed():
+    """The Fluid 1.4 transformer: ``pyreader.start()``, then ``train_exe.run(feed=[{table: ...}])``
+    feeding only other (persistable) variables: the reader still gives its own variables."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        reader = fluid.layers.py_reader(capacity=2, shapes=[[-1, 3]], dtypes=["float32"])
+        x = fluid.layers.read_file(reader)
+        table = fluid.layers.create_global_var([3], 0.0, "float32", persistable=True, name="pos_table")
+        y = fluid.layers.reduce_sum(fluid.layers.elementwise_mul(x, table))
+    reader.decorate_tensor_provider(lambda: iter([[np.ones((2, 3), "float32")]]))
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    reader.start()
+    got, = exe.run(main, feed=[{"pos_table": np.array([1.0, 2.0, 3.0], "float32")}], fetch_list=[y], scope=scope)
+    reader.reset()
+    np.testing.assert_allclose(np.asarray(got).reshape(()), 12.0)
