@@ -21,7 +21,7 @@ from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
-from ..lod_value import LoDValue
+from ..lod_value import LoDValue, counted_rows, same_sequences
 from ..lower import lod_aware
 
 _NEG = -1e30  # log(0) that keeps gradients finite
@@ -137,7 +137,10 @@ def warpctc(ctx):
         per_row = jnp.where(real[:, None], gradient[seq, step], 0)
         loss = _with_gradient(data, losses, per_row,
                               lambda d: jax.ops.segment_sum(jnp.sum(d, axis=1), seq, num_segments=sequences))
-    return {"Loss": loss.reshape(-1, 1).astype(logits.dtype), "WarpCTCGrad": time_major}
+    loss = loss.reshape(-1, 1).astype(logits.dtype)
+    if logits.__class__ is LoDValue:      # one row per sequence: padding sequences not counted
+        loss = counted_rows(loss, logits.offsets[0])
+    return {"Loss": loss, "WarpCTCGrad": time_major}
 
 
 # -- ctc_align -------------------------------------------------------------------------------------
@@ -185,7 +188,10 @@ def ctc_align(ctx):
     keep = _kept(ids, x.row_mask(), first, blank, merge)
     before = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(keep.astype(jnp.int32))])
     out = jnp.zeros_like(ids).at[jnp.where(keep, before[:-1], rows)].set(ids, mode="drop")
-    return {"Output": LoDValue(out.reshape(rows, 1), x.offsets[:-1] + (before[offsets],))}
+    last = before[offsets]
+    if len(x.offsets) == 1:               # the outermost level rebuilt: its real count kept
+        last = same_sequences(last, offsets)
+    return {"Output": LoDValue(out.reshape(rows, 1), x.offsets[:-1] + (last,))}
 
 
 lod_aware("warpctc", "ctc_align")

@@ -28,8 +28,9 @@ from ...ir.errors import OpRuntimeError
 from ...ir.names import OP_ROLE_BACKWARD
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
+from .. import flags
 from ..checks import bound_checked
-from ..lod_value import LoDValue, bucket, longest_of
+from ..lod_value import LoDValue, bucket, counted_rows, longest_of, same_sequences
 from ..lower import lod_aware
 from .tensor_array import TensorArray, _pad_axis
 
@@ -108,7 +109,7 @@ def lod_rank_table(ctx):
         have = x.lod_level if isinstance(x, LoDValue) else 0
         raise OpRuntimeError(f"{_where(ctx)}: cannot rank LoD level {level} of X, which has {have} level(s)")
     longest = longest_of(x.offsets[level])
-    offsets = jnp.asarray(x.offsets[level], jnp.int32)
+    offsets = same_sequences(jnp.asarray(x.offsets[level], jnp.int32), x.offsets[level])
     lengths = offsets[1:] - offsets[:-1]
     index = jnp.argsort(-lengths, stable=True).astype(jnp.int32)
     rows = int(x.data.shape[0])
@@ -206,7 +207,7 @@ def array_to_lod_tensor(ctx):
     picked = buffer[jnp.clip(step, 0, buffer.shape[0] - 1), rank_of[seq_c]]
     mask = valid.reshape(valid.shape + (1,) * (picked.ndim - 1))
     data = jnp.where(mask, picked, jnp.zeros_like(picked))
-    return {"Out": LoDValue(data, (offsets,))}
+    return {"Out": LoDValue(data, (same_sequences(offsets, table.offsets),))}
 
 
 bound_checked("array_to_lod_tensor", lambda op_: not int(op_.attrs.get("op_role", 0) or 0) & OP_ROLE_BACKWARD)
@@ -225,10 +226,15 @@ def reorder_lod_tensor_by_rank(ctx):
     x = ctx.input("X")
     table = _table(ctx)
     if not isinstance(x, LoDValue):
+        if flags.bucket_sequences and 0 < x.shape[0] < table.size:
+            # the table's padding sequences (FLAGS_bucket_sequences) are empty and rank last among
+            # the empty ones: their rows are zeros no step reads
+            x = jnp.concatenate([x, jnp.zeros((table.size - x.shape[0],) + x.shape[1:], x.dtype)])
         if x.shape[0] != table.size:
             raise OpRuntimeError(f"{_where(ctx)}: X has {x.shape[0]} rows, the rank table {table.size} "
                                  "sequences (a plain X gives one row per sequence)")
-        return {"Out": x[table.index]}
+        # padding sequences rank after every real one (length 0, stable): the real rows come first
+        return {"Out": counted_rows(x[table.index], table.offsets)}
     x = _one_level(ctx, x)
     src = jnp.asarray(x.offsets[0], jnp.int32)
     if src.shape[0] - 1 != table.size:
@@ -243,6 +249,7 @@ def reorder_lod_tensor_by_rank(ctx):
     valid = seq < table.size
     picked = x.data[jnp.clip(source, 0, rows - 1)]
     mask = valid.reshape(valid.shape + (1,) * (picked.ndim - 1))
+    new = same_sequences(new, x.offsets[0])      # as many sequences: its real count kept
     return {"Out": LoDValue(jnp.where(mask, picked, jnp.zeros_like(picked)), (new,))}
 
 
