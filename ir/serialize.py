@@ -280,6 +280,8 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
     int_type = _T["int"]
     parents = [b.parent_idx for b in desc.blocks]
     check_op = validate.check_op
+    read: set = set()        # block 0's names its ops read (or a feed op writes) ...
+    written: set = set()     # ... and those its other ops write
     for bi, b in enumerate(desc.blocks):
         block = Block(program, b.idx, b.parent_idx)
         block.forward_block_idx = b.forward_block_idx
@@ -313,17 +315,40 @@ def program_from_proto(desc: pb.ProgramDesc) -> Program:
             ins = {v.parameter: list(v.arguments) for v in o.inputs}
             outs = {v.parameter: list(v.arguments) for v in o.outputs}
             check_op(bi, k, op_type, ins, outs, attrs, types, declared, parents, b)
+            if bi == 0:
+                for names in ins.values():
+                    read.update(names)
+                if op_type != "feed":
+                    for names in outs.values():
+                        written.update(names)
+                else:
+                    for names in outs.values():
+                        read.update(names)
             block.ops.append(Operator(block, op_type, ins, outs, attrs, types,
                                       is_target=o.is_target if o.HasField("is_target") else None))
         program.blocks.append(block)
     if not program.blocks:
         program.blocks = [Block(program, 0)]
+    _mark_inputs_as_data(program.blocks[0], read - written)
     if desc.HasField("version"):
         program.desc_version = desc.version.version
     if desc.HasField("op_version_map"):
         validate.check_version_map(desc)
         program.op_version_map = [(p.op_name, p.op_version.version) for p in desc.op_version_map.pair]
     return program
+
+
+def _mark_inputs_as_data(block: Block, inputs: set) -> None:
+    """The wire format has no "is data" field (Paddle marks only ``need_check_feed`` variables, and
+    Fluid 1.x's ``layers.data`` is not one): a non-persistable tensor of block 0 that its ops read
+    and none of them computes (or that a saved model's feed op writes) can only come from a feed, so
+    it is a data variable of the parsed program, as it was of the program that was saved."""
+    vars = block.vars
+    for name in inputs:
+        var = vars.get(name)
+        if (var is not None and not var.persistable and not var.is_parameter and var.type == dtypes.LOD_TENSOR
+                and var.dtype is not None):
+            var.__dict__["is_data"] = True
 
 
 def program_from_bytes(data: bytes) -> Program:
