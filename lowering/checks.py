@@ -341,3 +341,98 @@ def bound_error(info: dict, value: int) -> BoundExceededError | LoDError | Index
         err.op_type, err.bound, err.location = op.type, info.get("bound"), op.location
         return err
     return BoundExceededError(message, op_type=op.type, bound=info.get("bound"), location=op.location)
+
+
+def count_origin(op, name: str, env):
+    """The op that made the counted value ``name`` reaches ``op`` with: walking back through the
+    ops of ``op``'s block that carried its count, the first that had no counted input (None when
+    it was made outside the block)."""
+    ops = list(op.block.ops)
+    index = next((k for k, o in enumerate(ops) if o is op), len(ops))
+    origin = None
+    lookup = getattr(env, "get", lambda _: None)
+    for _ in range(len(ops)):
+        writer = next((k for k in range(index - 1, -1, -1) if name in ops[k].output_arg_names), None)
+        if writer is None:
+            return origin
+        origin = ops[writer]
+
+        def _counted(n, o=origin):
+            var = o.block.find_var(n)
+            return lookup(n).__class__ is LoDValue and not (var is not None and var.lod_level)
+        nxt = next((n for n in origin.input_arg_names if _counted(n)), None)
+        if nxt is None:
+            return origin
+        name, index = nxt, writer
+    return origin
+
+
+def check_count(checks: StepChecks | None, op, env, name: str, ok, count, requirement: str) -> None:
+    """In-step check that the real count of the counted input ``name`` of ``op`` meets what the op
+    needs (``ok``, traced; ``count`` the real count). Paddle, which knows the count, refuses such a
+    value; here the count is data, known only when the step runs, so a failed check is a
+    ``BoundExceededError`` naming ``op``, its line, the op that produced the count and ``count``
+    (``requirement`` says what the op needs, e.g. "reshape to rows of 2 needs a count divisible
+    by 2"). The run is not applied. Nothing is checked without a collector (``checks`` None)."""
+    if checks is None:
+        return
+    producer = count_origin(op, name, env)
+    made = f"{producer.type!r} at {producer.location}" if producer is not None else "an earlier op"
+    checks.check_bound(op, ok, count, {
+        "kind": "bound", "bound": None,
+        "message": (f"{requirement}; {name!r} was made by {made}, its real count is data and Paddle refuses "
+                    "this one (make the count meet it, e.g. pad or slice to a fixed size, or drop this op); "
+                    f"the count {producer.type if producer is not None else 'it'} produced")})
+
+
+def may_be_counted(op, slot: str) -> bool:
+    """Whether input ``slot`` of ``op`` may reach it as a counted value (for :func:`bound_checked`,
+    so a step checks a count only where one can arrive): its declared rows are unknown (-1) and,
+    walking back through ``op``'s block, some op makes unknown rows from inputs whose rows are all
+    known (masked_select, unique, NMS: rows that are data). Fed values and values made outside
+    the block do not count."""
+    return any(_from_counted_rows(op, name) for name in op.inputs.get(slot, ()))
+
+
+def several_counted(op) -> bool:
+    """Whether two or more inputs of ``op`` may reach it as counted values (see
+    :func:`may_be_counted`): an elementwise op then checks their counts agree."""
+    return sum(_from_counted_rows(op, n) for n in dict.fromkeys(op.input_arg_names)) > 1
+
+
+def _from_counted_rows(op, name: str) -> bool:
+    return _counted_names(op.block).get(name, False)
+
+
+# Ops whose output rows are a data-dependent count whatever their inputs' rows (a masked_select of
+# a fed batch of unknown rows): besides those that make unknown rows out of known ones.
+COUNT_SOURCES = frozenset("""where_index masked_select unique multiclass_nms multiclass_nms2 multiclass_nms3
+matrix_nms locality_aware_nms generate_proposals generate_proposals_v2""".split())
+
+_COUNTED_NAMES: list = [None, None]       # (key of the block last walked, its result)
+
+
+def _counted_names(block) -> dict:
+    """One forward walk of ``block``'s ops: the names whose declared rows are unknown (-1) and come
+    from an op that makes unknown rows out of tensors whose rows are all known (a data-dependent
+    count), directly or through ops that carry unknown rows. Cached for the block last walked."""
+    ops = list(block.ops)
+    key = (id(block), len(ops), id(ops[-1]) if ops else None)
+    if _COUNTED_NAMES[0] == key:
+        return _COUNTED_NAMES[1]
+
+    def rows(name):
+        var = block.find_var(name)
+        shape = getattr(var, "shape", None) if var is not None else None
+        return None if not shape or getattr(var, "lod_level", 0) else shape[0]
+    state: dict = {}
+    for o in ops:
+        ins = [rows(n) for n in o.input_arg_names]
+        unknown = [n for n, r in zip(o.input_arg_names, ins) if r == -1]
+        flag = (o.type in COUNT_SOURCES or (any(state.get(n, False) for n in unknown) if unknown
+                                            else any(r is not None and r >= 0 for r in ins)))
+        for n in o.output_arg_names:
+            if rows(n) == -1:
+                state[n] = flag
+    _COUNTED_NAMES[:] = [key, state]
+    return state

@@ -22,7 +22,7 @@ from ..ir import dtypes, registry, shape
 from ..ir.errors import DataDependentShapeError, OpRuntimeError, ProgramFormatError, ShapeError
 from ..ir.names import RECOMPUTE_SEGMENT_ATTR
 from ..ir.program import EMPTY_VAR_NAME
-from .checks import StepChecks
+from .checks import StepChecks, check_count, count_origin
 from . import paddle_grads, remat
 from .lod_value import LoDValue
 from .context import ComputeContext, make_key
@@ -66,7 +66,7 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
     lod_source = _first_lod(values)
     counted = keep = lod_rows = tables = None
     if lod_source is not None and op.type not in LOD_AWARE:
-        counted, keep, tables = _count_rule(opdef, op, values, env)
+        counted, keep, tables = _count_rule(opdef, op, values, env, checks)
         lod_rows = max(v.data.shape[0] for vs in values.values() for v in vs if v.__class__ is LoDValue)
     plain_rows = None
     given = values
@@ -268,7 +268,7 @@ def _pad_rows(value: LoDValue, rows: int) -> LoDValue:
     return LoDValue(jnp.concatenate([value.data, pad]), value.offsets)
 
 
-def _count_rule(opdef, op, values: dict, env) -> tuple[LoDValue | None, frozenset]:
+def _count_rule(opdef, op, values: dict, env, checks: StepChecks | None = None) -> tuple[LoDValue | None, frozenset]:
     """How ``op`` takes its *counted* inputs (LoDValues of variables declared without LoD: rows
     padded to a static capacity whose real count is data; docs/ops_data_dependent.md), by its
     registry roles (``registry.declare_counts``): returns (the counted input whose count its
@@ -292,6 +292,8 @@ def _count_rule(opdef, op, values: dict, env) -> tuple[LoDValue | None, frozense
             if roles.get(slot) not in registry.COUNT_ROLES:
                 raise _count_refusal(op, slot, op.inputs[slot][i], v, env)
     rows = [v for slot, i, v in found if roles.get(slot) == "rows"]
+    if not grad and len(rows) > 1:
+        _check_same_counts(op, [(slot, i, v) for slot, i, v in found if roles.get(slot) == "rows"], checks, env)
     if len({id(v.offsets[-1]) for v in rows}) > 1:
         # Rows of several counted values (a + b of two masked_selects): Paddle needs their counts
         # equal; the smaller is kept, so no padding row of either is ever a result row.
@@ -302,6 +304,21 @@ def _count_rule(opdef, op, values: dict, env) -> tuple[LoDValue | None, frozense
     tables = tuple((slot, i, v) for slot, i, v in found if roles.get(slot) == "table" and not grad)
     return ((rows[0] if rows else None), frozenset((slot, i) for slot, i, v in found if roles.get(slot) == "count"),
             tables)
+
+
+def _check_same_counts(op, rows, checks: StepChecks | None, env) -> None:
+    """Counted inputs taken row by row (``"rows"``: elementwise ops) must have one real count:
+    Paddle refuses shapes that differ, and the padded rows here would pair real rows with padding.
+    Checked inside the step (the counts are data): a ``BoundExceededError`` naming the op, the
+    producers and the differing count (checks.check_count)."""
+    slot0, i0, first = rows[0]
+    name0 = op.inputs[slot0][i0]
+    origin = count_origin(op, name0, env)
+    made = f"{origin.type!r} at {origin.location}" if origin is not None else "an earlier op"
+    for slot, i, v in rows[1:]:
+        check_count(checks, op, env, op.inputs[slot][i], v.row_count() == first.row_count(), v.row_count(),
+                    f"{op.type} takes {slot0}={name0!r} and {slot}={op.inputs[slot][i]!r} row by row and needs "
+                    f"their real row counts equal ({name0!r} was made by {made})")
 
 
 def _check_table_reads(op, given: dict, values: dict, tables, checks: StepChecks, env) -> None:
@@ -366,24 +383,8 @@ def _count_refusal(op, slot: str, name: str, value: LoDValue, env) -> DataDepend
 
 
 def _count_origin(op, name: str, env):
-    """The op that made the counted value ``name`` reaches ``op`` with: walking back through the
-    ops of ``op``'s block that carried its count, the first that had no counted input (None when
-    it was made outside the block)."""
-    ops = list(op.block.ops)
-    index = next((k for k, o in enumerate(ops) if o is op), len(ops))
-    origin = None
-    for _ in range(len(ops)):
-        writer = next((k for k in range(index - 1, -1, -1) if name in ops[k].output_arg_names), None)
-        if writer is None:
-            return origin
-        origin = ops[writer]
-        lookup = getattr(env, "get", lambda _: None)
-        nxt = next((n for n in origin.input_arg_names
-                    if lookup(n).__class__ is LoDValue and not _declared_lod(origin, n)), None)
-        if nxt is None:
-            return origin
-        name, index = nxt, writer
-    return origin
+    """The op that made the counted value ``name`` reaches ``op`` with (``checks.count_origin``)."""
+    return count_origin(op, name, env)
 
 
 def _declared_one(op, name: str) -> bool:

@@ -1,8 +1,7 @@
 """Issue 27 item 7, the bounds audit (docs/reliability.md, "Audit (issue 27)"): fixed sizes that
 had no test of their own showing that they give the right answer or raise a typed error. The
-rest of the audit's rows point at existing tests. Items still OPEN (fluidjax gives a result where
-Paddle 2.6.2 raises) are strict xfails: they fail the suite the day they are fixed, so the table
-is updated then."""
+rest of the audit's rows point at existing tests. The items once OPEN (fluidjax gave a result where
+Paddle 2.6.2 raises) are run-time errors now, each tested against Paddle refusing too."""
 
 from __future__ import annotations
 
@@ -64,23 +63,52 @@ def test_dynamic_decode_without_max_step_num_is_refused():
             L.dynamic_decode(decoder, inits=cell.get_initial_states(enc))
 
 
-# -- OPEN: a result where Paddle 2.6.2 raises (docs/ops_data_dependent.md, Known limits) --------------
-_OPEN = {
-    # 3 real elements re-cut into rows of 2: Paddle raises; fluidjax keeps the 1 whole row [[1, 3]].
-    "reshape-minus1-not-whole-rows": lambda x, m: L.reshape(masked_select(x, m), [-1, 2]),
-    # top_k with k = 5 of 3 real rows: Paddle raises; fluidjax returns the 3.
-    "top_k-past-the-count": lambda x, m: L.topk(masked_select(x, m), k=5)[0],
-    # counts 3 and 2 added: Paddle raises (shapes differ); fluidjax adds the first 2 rows of each.
-    "two-counts-differ": lambda x, m: masked_select(x, m) + masked_select(
-        x, L.less_than(x, L.fill_constant([1], "float32", -3.0))),
+# -- once OPEN, now run-time errors: the count is data, so the step checks what the op needs -----------
+# Each was a silent wrong answer where Paddle 2.6.2 raises (docs/reliability.md, Audit).
+_CHECKED = {
+    # 3 real elements re-cut into rows of 2: used to keep the 1 whole row [[1, 3]].
+    "reshape-minus1-not-whole-rows": (lambda x, m: L.reshape(masked_select(x, m), [-1, 2]),
+                                      "reshape2", "divisible by 2", 3),
+    # top_k with k = 5 of 3 real rows: used to return the 3.
+    "top_k-past-the-count": (lambda x, m: L.topk(masked_select(x, m), k=5)[0], "top_k", "at least 5", 3),
+    # counts 3 and 2 added: used to add the first 2 rows of each.
+    "two-counts-differ": (lambda x, m: masked_select(x, m) + masked_select(
+        x, L.less_than(x, L.fill_constant([1], "float32", -3.0))), "elementwise_add", "counts equal", 2),
 }
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN in the audit: no error where Paddle raises")
-@pytest.mark.parametrize("case", list(_OPEN))
-def test_open_counted_value_cases_should_be_typed_errors(case):
-    with pytest.raises(fj.FluidJaxError):
-        _run(_OPEN[case])
+@pytest.mark.parametrize("case", list(_CHECKED))
+def test_a_count_the_op_cannot_take_is_a_run_time_error_where_paddle_refuses(case):
+    """The consuming op's requirement on the real count fails inside the step: a
+    BoundExceededError naming the op, its line, the producing op and the real count; Paddle 2.6.2
+    running the same program bytes refuses too."""
+    consumer, op_type, need, count = _CHECKED[case]
+    with pytest.raises(fj.BoundExceededError) as info:
+        _run(consumer)
+    msg = str(info.value)
+    assert info.value.op_type == op_type and "test_bounds_audit.py" in msg, msg
+    assert need in msg and "'masked_select' at" in msg and msg.endswith(
+        "got %d. The run was not applied; the scope is as before it." % count), msg
+    import paddle_oracle as po
+    main, startup = fj.Program(), fj.Program()
+    with fj.program_guard(main, startup):
+        x = L.data("x", shape=[6], dtype="float32", append_batch_size=False)
+        out = consumer(x, L.greater_than(x, L.fill_constant([1], "float32", 0.0)))
+    with pytest.raises(Exception):
+        po.run(main.serialize(), {"x": X}, [out.name])
+
+
+def test_a_count_the_op_can_take_still_runs():
+    """The same consumers on counts that meet the requirement answer as NumPy (the check does not
+    refuse good data): x > -3 selects 4 real elements, 2 whole rows, k = 3 <= 4."""
+    feed = {"x": X}
+    pos = lambda x: masked_select(x, L.greater_than(x, L.fill_constant([1], "float32", -3.0)))  # noqa: E731
+    want = X[X > -3]
+    np.testing.assert_array_equal(np.asarray(_run(lambda x, m: L.reshape(pos(x), [-1, 2]), feed)),
+                                  want.reshape(-1, 2))
+    np.testing.assert_array_equal(np.asarray(_run(lambda x, m: L.topk(pos(x), k=3)[0], feed)),
+                                  np.sort(want)[::-1][:3])
+    np.testing.assert_array_equal(np.asarray(_run(lambda x, m: pos(x) + pos(x), feed)), want * 2)
 
 
 def test_dynamic_rnn_under_bucketed_sequence_counts_sees_only_the_real_sequences():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from ...ir.registry import declare_counts, has
+from ..checks import bound_checked, several_counted
 from ..lod_value import LoDValue
 
 _ROWS = {"X": "rows"}
@@ -255,6 +256,7 @@ def declare_families() -> None:
     for t in _BROADCAST:
         if has(t):
             declare_counts(t, _aligned_rows)
+            bound_checked(t, several_counted)      # their counts must agree (lower._check_same_counts)
     for t, rule in _BY_RULE.items():
         if has(t):
             declare_counts(t, rule)

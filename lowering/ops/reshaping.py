@@ -21,6 +21,7 @@ import numpy as np
 from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext, same_as
+from ..checks import bound_checked, check_count, may_be_counted
 from ._counts import count_of, counted, given, is_counted
 from ._errors import _fail, _runtime_fail
 from ._shapes import _norm_axis, prod
@@ -136,16 +137,22 @@ def reshape2(ctx):
         tensor_shape = list(declared)
     shape = reshape_target(x.shape, tensor_shape if tensor_shape is not None else ctx.attr("shape"), fail)
     if is_counted(x):
-        return {"Out": reshape_counted(x, shape[1:]), "XShape": _xshape(x.data)}
+        return {"Out": reshape_counted(x, shape[1:], ctx), "XShape": _xshape(x.data)}
     return {"Out": x.reshape(shape), "XShape": _xshape(x)}
 
 
-def reshape_counted(x, tail):
+def reshape_counted(x, tail, ctx=None):
     """A counted value's real elements (row-major, so its padding rows come last) re-cut into rows
-    of shape ``tail``: the capacity grows to whole rows, the count is the real elements' rows
-    (Paddle refuses a count that leaves a partial row; its real rows here are the whole ones)."""
+    of shape ``tail``: the capacity grows to whole rows, the count is the real elements' rows.
+    Paddle refuses a count that leaves a partial row; with ``ctx`` (the op's compute context) the
+    step checks that the real elements fill whole rows, a ``BoundExceededError`` naming the op and
+    the one that produced the count when they do not (checks.check_count)."""
     data = x.data
     per_in, per_out = prod(data.shape[1:]), prod(tail)
+    if ctx is not None and per_out > 1:
+        elements = count_of(x) * per_in
+        check_count(ctx.checks, ctx.op, ctx.env, ctx.op.inputs["X"][0], elements % per_out == 0, elements,
+                    f"reshape to rows of {list(tail)} needs a real element count divisible by {per_out}")
     flat = data.reshape(-1)
     rows = -(-flat.shape[0] // per_out) if per_out else 0
     flat = jnp.concatenate([flat, jnp.zeros((rows * per_out - flat.shape[0],), flat.dtype)])
@@ -162,6 +169,7 @@ def _reshape_counts(op, values) -> dict:
 
 
 declare_counts("reshape2", _reshape_counts)
+bound_checked("reshape2", lambda op_: bool(_reshape_counts(op_, {})) and may_be_counted(op_, "X"))
 
 
 def _reshape_shape(ctx: InferShapeContext) -> None:
@@ -182,11 +190,12 @@ def reshape(ctx):
     shape = static_ints(ctx, "Shape", "ShapeTensor", what="the target shape")
     shape = reshape_target(x.shape, shape if shape is not None else ctx.attr("shape"), lambda m: _fail(ctx, m))
     if is_counted(x):
-        return {"Out": reshape_counted(x, shape[1:])}
+        return {"Out": reshape_counted(x, shape[1:], ctx)}
     return {"Out": x.reshape(shape)}
 
 
 declare_counts("reshape", _reshape_counts)
+bound_checked("reshape", lambda op_: bool(_reshape_counts(op_, {})) and may_be_counted(op_, "X"))
 
 
 # -- transpose2 / transpose ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ...ir.errors import OpRuntimeError
 from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext
 from ..lod_value import LoDValue
+from ..checks import bound_checked, check_count, may_be_counted
 from ._counts import count_of, counted, given, is_counted
 from ._errors import _fail
 from ._shapes import paddle_broadcast
@@ -117,7 +118,7 @@ def top_k(ctx):
     """The k largest values of X along its last axis (descending) and their int64 indices."""
     x = ctx.input("X")
     if is_counted(x):
-        return _top_k_counted(x, _static_k(ctx), True)
+        return _top_k_counted(x, _static_k(ctx), True, ctx)
     values, indices = _top_k(x, _static_k(ctx), -1, True)
     return {"Out": values, "Indices": indices}
 
@@ -132,9 +133,14 @@ def _sort_counted(x, descending: bool):
     return jnp.take_along_axis(idx, jnp.argsort(padding, axis=0, stable=True), axis=0)
 
 
-def _top_k_counted(x, k: int, largest: bool) -> dict:
-    """top_k along the rows of a counted value: the first k of its sorted real rows (fewer when it
-    has fewer: Paddle refuses k past the count, the result here holds only the real ones)."""
+def _top_k_counted(x, k: int, largest: bool, ctx=None) -> dict:
+    """top_k along the rows of a counted value: the first k of its sorted real rows. Paddle refuses
+    k past the count; with ``ctx`` (the op's compute context) the step checks it, a
+    ``BoundExceededError`` naming the op and the one that produced the count when the value has
+    fewer than k real rows (checks.check_count)."""
+    if ctx is not None:
+        check_count(ctx.checks, ctx.op, ctx.env, ctx.op.inputs["X"][0], count_of(x) >= k, count_of(x),
+                    f"top_k with k={k} needs a real count of at least {k} rows")
     idx = _sort_counted(x, largest)[:k]
     n = jnp.minimum(count_of(x), k)
     return {"Out": counted(jnp.take_along_axis(x.data, idx, axis=0), n),
@@ -164,7 +170,7 @@ def top_k_v2(ctx):
     """
     x = ctx.input("X")
     if is_counted(x):
-        return _top_k_counted(x, _static_k(ctx), bool(ctx.attr("largest")))
+        return _top_k_counted(x, _static_k(ctx), bool(ctx.attr("largest")), ctx)
     values, indices = _top_k(x, _static_k(ctx), ctx.attr("axis"), bool(ctx.attr("largest")))
     return {"Out": values, "Indices": indices}
 
@@ -197,6 +203,8 @@ def argsort(ctx):
 declare_counts("argsort", _along_rows("axis", -1))
 declare_counts("top_k", _along_rows("k_axis_of_top_k", -1))
 declare_counts("top_k_v2", _along_rows("axis", -1))
+for _type in ("top_k", "top_k_v2"):
+    bound_checked(_type, lambda op_: may_be_counted(op_, "X"))
 
 
 # -- picking by index ------------------------------------------------------------------------------
