@@ -74,6 +74,8 @@ _CHECKED = {
     # counts 3 and 2 added: used to add the first 2 rows of each.
     "two-counts-differ": (lambda x, m: masked_select(x, m) + masked_select(
         x, L.less_than(x, L.fill_constant([1], "float32", -3.0))), "elementwise_add", "counts equal", 2),
+    # one row (decrease_axis) past the 3 real rows: used to return a padding row.
+    "slice-one-row-past-the-count": (lambda x, m: masked_select(x, m)[5], "slice", "needs that row to exist", 3),
 }
 
 

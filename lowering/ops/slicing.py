@@ -15,6 +15,7 @@ from jax import lax
 from ...ir import dtypes
 from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext, same_as
+from ..checks import bound_checked, check_count, may_be_counted
 from ._counts import count_of, counted, given, is_counted
 from ._errors import _fail, _runtime_fail
 from ._shapes import _norm_axis
@@ -96,9 +97,12 @@ def slice_(ctx):
 
     fail = _runtime_fail("slice")
     if is_counted(x):
+        def need_one_row(ok, count, requirement):
+            check_count(ctx.checks, ctx.op, ctx.env, ctx.op.inputs["Input"][0], ok, count, requirement)
+
         return {"Out": _slice_counted(x, list(ctx.attr("axes")), list(ctx.attr("starts") if starts is None else starts),
                                       list(ctx.attr("ends") if ends is None else ends), list(ctx.attr("decrease_axis")),
-                                      fail)}
+                                      fail, need_one_row)}
 
     shape, bounds = _slice_out(x.shape, ctx.attr("axes"), ctx.attr("starts") if starts is None else starts,
                                ctx.attr("ends") if ends is None else ends, ctx.attr("decrease_axis"), fail)
@@ -108,10 +112,12 @@ def slice_(ctx):
     return {"Out": x[tuple(index)].reshape(shape)}
 
 
-def _slice_counted(x, axes, starts, ends, decrease, fail):
+def _slice_counted(x, axes, starts, ends, decrease, fail, need_one_row=None):
     """``slice`` of a counted value along its rows: bounds from the end count from the real row
     count (Paddle's rule on its real rows), the result carries its own count; the other axes are
-    sliced as usual. With the rows in ``decrease_axis`` the one row is returned as a plain value."""
+    sliced as usual. With the rows in ``decrease_axis`` the one row is returned as a plain value,
+    and a run where that row does not exist (the count is too small) is refused by an in-step
+    check (``need_one_row``; Paddle refuses it too)."""
     data, n = x.data, count_of(x)
     cap = data.shape[0]
     rows = [k for k, a in enumerate(axes) if _norm_axis(int(a), data.ndim) == 0]
@@ -141,6 +147,8 @@ def _slice_counted(x, axes, starts, ends, decrease, fail):
         if bound != 1:
             fail(f"decrease_axis {decrease}: the rows slice [{lo}:{hi}] of a value whose row count is data "
                  "is not one row")
+        if need_one_row is not None:
+            need_one_row(size == 1, n, f"slice [{lo}:{hi}] of the rows with decrease_axis needs that row to exist")
         return picked.reshape([d for i, d in enumerate(picked.shape) if i not in dec])
     out = counted(picked, size)
     if dec:
@@ -491,3 +499,13 @@ def pad_constant_like(ctx):
     x, y = ctx.input("X"), ctx.input("Y")
     widths = [(0, a - b) for a, b in zip(x.shape, y.shape)]
     return {"Out": jnp.pad(y, widths, constant_values=jnp.asarray(ctx.attr("pad_value"), y.dtype))}
+
+
+def _drops_the_rows(op_) -> bool:
+    """Whether a ``slice`` takes one row of the rows' dim away (``decrease_axis`` holds 0) of a value
+    whose row count may be data: then the step checks that row exists."""
+    return 0 in [int(a) for a in op_.attrs.get("decrease_axis", ()) or ()] and may_be_counted(op_, "Input")
+
+
+bound_checked("slice", _drops_the_rows)
+
