@@ -46,7 +46,7 @@ from ..ir.variable import Variable
 from ..lowering.lod_tensor import LoDTensor
 from .data_feeder import DataFeeder
 from .reader import batch as batch_reader
-from .reader import buffered
+from .reader import _positive, buffered
 
 __all__ = ["DataLoader", "PyReader"]
 
@@ -98,8 +98,7 @@ class GeneratorLoader:
     def set_sample_generator(self, reader, batch_size: int, drop_last: bool = True, places=None):
         """``reader`` yields samples (one field per variable); batched by ``batch_size`` (the
         last, short batch dropped when ``drop_last``). Returns the loader."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size <= 0:
-            raise ValueError(f"set_sample_generator: batch_size must be a positive int, got {batch_size!r}")
+        batch_size = _positive("batch_size", batch_size, "set_sample_generator")   # 8.0 as Fluid's int()
         return self.set_sample_list_generator(batch_reader(reader, int(batch_size), drop_last=drop_last), places)
 
     def set_sample_list_generator(self, reader, places=None):

@@ -192,3 +192,16 @@ def test_fluid_18_names_for_devices_versions_and_datasets():
     factory = fluid.DatasetFactory                   # the name imports ...
     with pytest.raises(fluid.NotOfferedError, match="DataLoader"):
         factory().create_dataset("InMemoryDataset")  # ... using it says what to do instead
+
+
+def test_a_loaders_sample_generator_takes_a_real_batch_size_as_fluid_did():
+    """DataLoader.set_sample_generator(reader, batch_size=8.0): Fluid 1.8 int()s a computed size
+    (metric learning's pair reader passes one); a size that is not positive stays refused."""
+    x = fluid.layers.data("x", shape=[2], dtype="float32")
+    loader = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=4, iterable=True)
+    loader.set_sample_generator(lambda: iter([(np.full(2, i, "float32"),) for i in range(5)]), batch_size=2.0,
+                                drop_last=True)
+    batches = [np.asarray(b[0]["x"] if isinstance(b, list) else b["x"]) for b in loader()]
+    np.testing.assert_array_equal(np.concatenate(batches), np.repeat(np.arange(4, dtype="float32"), 2).reshape(4, 2))
+    with pytest.raises(ValueError, match="positive"):
+        loader.set_sample_generator(lambda: iter([]), batch_size=0.5)
