@@ -15,6 +15,20 @@ static Executor (relative error).
     .venv/bin/python benchmarks/inference.py --no-passes          # fluidjax without fj.passes
     .venv/bin/python benchmarks/inference.py --cache-check        # JAX's persistent cache, 2nd process
     .venv/bin/python benchmarks/inference.py --first --rounds 7    # first result, compiled model vs PI
+    .venv/bin/python benchmarks/inference.py --models resnet18 --sides fluidjax pi_onednn \
+        --variant onednn XLA_FLAGS=--xla_cpu_use_onednn=true --variant nchw layout=NCHW   # options
+
+**Each side runs alone in its own process** (the default): the parent only saves the models (it
+imports Paddle, never JAX); one child process per (side, model, batch) loads the model, warms up,
+times ``--repeat`` back-to-back runs and prints their median. A fluidjax child imports no Paddle, a
+Paddle child no JAX. The sides take turns, the order reversed every other round, ``--rounds``
+rounds; the report gives each side's median over rounds with its spread (min-max of the rounds'
+medians) and the fluidjax / Paddle Inference ratio per round (median and min-max). With both
+frameworks in one process their thread pools compete and the figures measure the interference
+(Paddle Inference's time doubled that way); ``--same-process`` keeps the old one-process mode.
+``--variant NAME KEY=VALUE ...`` adds a fluidjax side ``fj:NAME``: an upper-case key is an
+environment variable of its process (``XLA_FLAGS=...``), ``layout=NCHW|NHWC|none``, ``passes=0``,
+``fold=0`` choose what ``fj.passes.optimize_inference`` does.
 
 ``--xla-flags`` sets ``XLA_FLAGS`` before JAX starts (flags have no effect later). Targets
 (docs/inference.md): fluidjax ≤ Paddle Inference with oneDNN at batch 8 (≤ 1.2× at batch 1),
@@ -55,7 +69,15 @@ def _args(argv=None):
                         "own fresh process, sides alternating: fluidjax with a compiled model (fluidjax compile; "
                         "optimize=True, and fj_plain: optimize=False) vs Paddle Inference (oneDNN); also fluidjax "
                         "compiling cold (fj_cold), and a jax.export of the model deserialized and compiled")
-    p.add_argument("--rounds", type=int, default=5, help="--first: processes per side and model")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="processes per side, model (and batch): the sides take turns, order reversed every other round")
+    p.add_argument("--variant", nargs="+", action="append", default=[], metavar="NAME KEY=VALUE",
+                   help="an extra fluidjax side fj:NAME; KEY=VALUE: upper-case keys are environment variables of "
+                        "its process (XLA_FLAGS=...), layout=NHWC|NCHW|none, passes=0|1, fold=0|1")
+    p.add_argument("--same-process", action="store_true",
+                   help="the old mode: every side in this one process, taking turns run by run (the thread pools "
+                        "of the two frameworks interfere: measures the interference as much as the sides)")
+    p.add_argument("--child", nargs=5, default=None, help=argparse.SUPPRESS)  # SIDE MODEL PREFIX BATCH OUT
     p.add_argument("--first-child", nargs=3, default=None, help=argparse.SUPPRESS)  # SIDE PREFIX BATCH
     p.add_argument("--first-result-only", default=None, help=argparse.SUPPRESS)  # the --cache-check child
     p.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
@@ -118,6 +140,32 @@ def _first_child(side: str, prefix: str, batch: str, threads: int) -> None:
                       "checksum": [float(np.sum(out, dtype=np.float64)), float(np.abs(out).sum(dtype=np.float64))]}))
 
 
+JAX_SIDES = ("fluidjax", "fj_nopass", "jax")
+PADDLE_SIDES = ("pi_onednn", "pi_plain", "static")
+
+
+def _import(jax_side: bool, paddle_side: bool) -> None:
+    """Import what this process needs into the module's globals: JAX and fluidjax, Paddle, or
+    both (JAX first: the other order crashes)."""
+    import numpy
+
+    globals()["np"] = numpy
+    if jax_side:
+        import jax
+        import jax.numpy as jnp
+        from jax import lax
+
+        import fluidjax as fj
+
+        globals().update(jax=jax, jnp=jnp, lax=lax, fj=fj)
+    if paddle_side:
+        os.environ.setdefault("GLOG_minloglevel", "2")
+        import paddle
+        import paddle.inference as pi
+
+        globals().update(paddle=paddle, pi=pi)
+
+
 ARGS = _args()
 if ARGS.first_child:
     _first_child(*ARGS.first_child, threads=ARGS.threads)
@@ -130,33 +178,34 @@ if ARGS.cache_dir:
     jax.config.update("jax_compilation_cache_dir", ARGS.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax import lax  # noqa: E402
-
-import fluidjax as fj  # noqa: E402  (JAX before Paddle: the other order crashes)
-
-os.environ.setdefault("GLOG_minloglevel", "2")
-import paddle  # noqa: E402
-import paddle.inference as pi  # noqa: E402
+if ARGS.child:                                 # one side alone: fluidjax sides never import Paddle
+    _import(jax_side=ARGS.child[0] in JAX_SIDES or ARGS.child[0].startswith("fj:"),
+            paddle_side=ARGS.child[0] in PADDLE_SIDES)
+elif ARGS.same_process or ARGS.first or ARGS.cache_check or ARGS.first_result_only:
+    _import(jax_side=True, paddle_side=True)
+else:                                          # the parent of own-process runs only saves the models
+    _import(jax_side=False, paddle_side=True)
 
 
 # -- the models, saved with paddle.jit.save --------------------------------------------------------------
-class _Encoder(paddle.nn.Layer):
-    def __init__(self, vocab=1000, d_model=256, heads=4, ffn=1024, layers=4):
-        super().__init__()
-        self.embed = paddle.nn.Embedding(vocab, d_model)
-        self.pos = paddle.nn.Embedding(512, d_model)
-        layer = paddle.nn.TransformerEncoderLayer(d_model, heads, ffn, dropout=0.1)
-        self.net = paddle.nn.TransformerEncoder(layer, layers, norm=paddle.nn.LayerNorm(d_model))
-        self.head = paddle.nn.Linear(d_model, vocab)
+def _encoder():
+    """A transformer encoder (``paddle.nn``), built when Paddle is imported."""
 
-    def forward(self, ids):
-        positions = paddle.arange(ids.shape[1], dtype="int64").unsqueeze(0)
-        pad_mask = paddle.cast(ids == 0, "float32").unsqueeze([1, 2]) * -1e9
-        return self.head(self.net(self.embed(ids) + self.pos(positions), src_mask=pad_mask))
+    class Encoder(paddle.nn.Layer):
+        def __init__(self, vocab=1000, d_model=256, heads=4, ffn=1024, layers=4):
+            super().__init__()
+            self.embed = paddle.nn.Embedding(vocab, d_model)
+            self.pos = paddle.nn.Embedding(512, d_model)
+            layer = paddle.nn.TransformerEncoderLayer(d_model, heads, ffn, dropout=0.1)
+            self.net = paddle.nn.TransformerEncoder(layer, layers, norm=paddle.nn.LayerNorm(d_model))
+            self.head = paddle.nn.Linear(d_model, vocab)
+
+        def forward(self, ids):
+            positions = paddle.arange(ids.shape[1], dtype="int64").unsqueeze(0)
+            pad_mask = paddle.cast(ids == 0, "float32").unsqueeze([1, 2]) * -1e9
+            return self.head(self.net(self.embed(ids) + self.pos(positions), src_mask=pad_mask))
+
+    return Encoder()
 
 
 def _randomize_bn(model, rng):
@@ -177,7 +226,7 @@ def save_models(directory: str, names, size: int) -> dict:
     saved = {}
     for name in names:
         if name == "transformer_encoder":
-            model = _Encoder()
+            model = _encoder()
             spec = [paddle.static.InputSpec([None, None], "int64", "ids")]
             make = lambda b: np.random.default_rng(b).integers(1, 1000, (b, 64)).astype(np.int64)  # noqa: E731
         else:
@@ -197,11 +246,21 @@ def save_models(directory: str, names, size: int) -> dict:
 class FluidJax:
     name = "fluidjax"
 
-    def __init__(self, prefix, passes=True):
+    def __init__(self, prefix, passes=True, options: dict | None = None):
+        """``options`` (a ``--variant``'s lower-case keys): ``layout`` (NHWC, NCHW, none) and
+        ``fold`` for ``fj.passes.optimize_inference``, ``passes`` (0: none)."""
+        options = options or {}
+        passes = passes and options.get("passes", "1") != "0"
         self.name = "fluidjax" if passes else "fj_nopass"
         self.scope = fj.Scope()
         self.exe = fj.Executor()
-        self.program, feeds, self.fetches = fj.io.load_inference_model(prefix, scope=self.scope, optimize=passes)
+        custom = passes and ("layout" in options or "fold" in options)
+        self.program, feeds, self.fetches = fj.io.load_inference_model(prefix, scope=self.scope,
+                                                                       optimize=passes and not custom)
+        if custom:
+            layout = options.get("layout", "NHWC")
+            self.program = fj.passes.optimize_inference(self.program, self.scope, fold=options.get("fold", "1") != "0",
+                                                        layout=None if layout == "none" else layout)
         self.feed = feeds[0]
 
     def __call__(self, x):
@@ -372,6 +431,119 @@ def bench_model(name, prefix, make, state, args):
     return rows
 
 
+# -- each side in its own process ------------------------------------------------------------------------
+def _make_input(name: str, batch: int, size: int):
+    if name == "transformer_encoder":
+        return np.random.default_rng(batch).integers(1, 1000, (batch, 64)).astype(np.int64)
+    return np.random.default_rng(batch).standard_normal((batch, 3, size, size)).astype(np.float32)
+
+
+def _variant_of(side: str, args) -> dict:
+    """A ``--variant``'s settings: {"env": {...}, "options": {...}} ({} for the plain sides)."""
+    for spec in args.variant:
+        if side == "fj:" + spec[0]:
+            env, options = {}, {}
+            for item in spec[1:]:
+                key, _, value = item.partition("=")
+                (env if key.isupper() else options)[key] = value
+            return {"env": env, "options": options}
+    return {}
+
+
+def _side_child(side: str, name: str, prefix: str, batch: str, out_path: str, args) -> None:
+    """One side, one model, one batch, alone in this process: load, first run (timed), three
+    warm-up runs, then ``--repeat`` back-to-back timed runs; the output goes to ``out_path``
+    (.npy), one JSON line to stdout."""
+    import json
+
+    x = _make_input(name, int(batch), args.size)
+    start = time.perf_counter()
+    if side == "jax":
+        with np.load(prefix + ".state.npz", allow_pickle=False) as f:
+            fn = HandResNet18(dict(f))
+    elif side in ("pi_onednn", "pi_plain"):
+        fn = PaddleInference(prefix, side == "pi_onednn", args.threads)
+    elif side == "static":
+        fn = PaddleStatic(prefix)
+    else:
+        fn = FluidJax(prefix, passes=side != "fj_nopass", options=_variant_of(side, args).get("options"))
+    out = fn(x)
+    first = time.perf_counter() - start
+    for _ in range(3):
+        fn(x)
+    times = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        fn(x)
+        times.append(time.perf_counter() - t)
+    np.save(out_path, np.asarray(out))
+    print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+                      "max_ms": max(times) * 1e3, "first_s": first}))
+
+
+def _spread(values) -> str:
+    return f"{statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def own_process(args) -> None:
+    """Every (side, model, batch) in its own process, sides taking turns, ``--rounds`` rounds."""
+    import json
+
+    sides = list(args.sides or ["fluidjax", "pi_onednn"]) + ["fj:" + v[0] for v in args.variant]
+    print(f"each side in its own process; paddle {paddle.__version__}, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}, rounds {args.rounds}, {args.repeat} timed runs per process, "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    tmp = tempfile.mkdtemp(prefix="fj_inference_bench_")
+    try:
+        saved = save_models(tmp, args.models, args.size)
+        for name in args.models:
+            prefix, _, state = saved[name]
+            if "jax" in sides and name == "resnet18":
+                np.savez(prefix + ".state.npz", **state)
+            for batch in args.batches:
+                results = {s: [] for s in sides}
+                outputs = {}
+                for r in range(args.rounds):
+                    for side in (sides if r % 2 == 0 else sides[::-1]):
+                        if side == "jax" and name != "resnet18":
+                            continue
+                        variant = _variant_of(side, args)
+                        env = dict(os.environ, GLOG_minloglevel="2", **variant.get("env", {}))
+                        out_path = os.path.join(tmp, f"{name}.{batch}.{side.replace(':', '_')}.npy")
+                        cmd = [sys.executable, os.path.abspath(__file__), "--child", side, name, prefix, str(batch),
+                               out_path, "--size", str(args.size), "--threads", str(args.threads),
+                               "--repeat", str(args.repeat)]
+                        for spec in args.variant:
+                            cmd += ["--variant", *spec]
+                        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                        lines = proc.stdout.strip().splitlines()
+                        if proc.returncode != 0 or not lines:
+                            print(f"  {name} b{batch} {side}: exit {proc.returncode}: "
+                                  f"{(proc.stderr.strip().splitlines() or [''])[-1]}", flush=True)
+                            continue
+                        results[side].append(json.loads(lines[-1]))
+                        outputs[side] = np.load(out_path)
+                ref_side = next((s for s in ("static", "pi_plain", "pi_onednn") if s in outputs), None)
+                base = [r["median_ms"] for r in results.get("pi_onednn", [])]
+                for side, runs in results.items():
+                    if not runs:
+                        continue
+                    meds = [r["median_ms"] for r in runs]
+                    parts = [f"{name:13s} b{batch} {side:12s} {_spread(meds)} ms",
+                             f"first {statistics.median([r['first_s'] for r in runs]):.2f} s"]
+                    if base and side != "pi_onednn":
+                        ratios = [a / b for a, b in zip(meds, base)]
+                        parts.append(f"/ PI oneDNN {statistics.median(meds) / statistics.median(base):4.2f}x "
+                                     f"(rounds {min(ratios):.2f}-{max(ratios):.2f})")
+                    if ref_side and side != ref_side:
+                        parts.append(f"rel. err vs {ref_side} {_rel(outputs[side], outputs[ref_side].astype(np.float64)):.1e}")
+                    print("  " + ", ".join(parts), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("(median over rounds of each process's median, (min-max over rounds); ratio per round pairs the "
+          "rounds' medians; targets: <= 1.0x PI oneDNN at batch 8, <= 1.1x at batch 1)")
+
+
 def cache_check(args):
     """Time to first result of fluidjax (ResNet-18, batch 1) in two fresh processes sharing a
     persistent compilation cache: the second compiles nothing."""
@@ -469,6 +641,12 @@ def main(args):
         return
     if args.first:
         first_results(args)
+        return
+    if args.child:
+        _side_child(*args.child, args)
+        return
+    if not args.same_process:
+        own_process(args)
         return
     print(f"jax {jax.__version__}, paddle {paddle.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
           f"passes {'off' if args.no_passes else 'on'}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
