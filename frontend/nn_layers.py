@@ -22,7 +22,7 @@ from .initializer import Constant, Normal
 from .layer_helper import LayerHelper
 from .data_layers import as_index_input
 from .math_layers import fluid1_one_element
-from .layer_args import activate
+from .layer_args import activate, shape_arguments
 from .param_attr import ParamAttr
 
 __all__ = [
@@ -670,28 +670,47 @@ def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | N
 # -- resizing -------------------------------------------------------------------------------------------------
 def _resize(op_type: str, layer: str, input: Variable, out_shape, scale, actual_shape, align_corners: bool,
             align_mode: int, data_format: str, name: str | None) -> Variable:
-    if actual_shape is not None:
-        raise NotImplementedError(f"{layer}: actual_shape (a run-time size tensor) is not supported")
+    """Fluid 1.x's ``image_resize`` argument rules: ``out_shape`` as ints (``out_h``/``out_w``), one
+    int Variable (input ``OutSize``) or a list holding Variables (``SizeTensor``); ``scale`` as a
+    number or a Variable (``Scale``); ``actual_shape`` (a Variable) is the run-time ``OutSize`` and
+    wins over both. Sizes given as tensors must be known when the step is traced — computed from
+    shapes and constants (``layers.shape(x)[2:4] * 2``, YOLOv3's upsample); the lowering reads them
+    there (``lowering/ops/resize.py``)."""
     if data_format not in ("NCHW", "NHWC"):
         raise ValueError(f"{layer}: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
     if input.ndim != 4:
         raise ShapeError(f"{layer}: input {input.name!r} must be 4-D ({data_format}), got {input.shape}")
+    if actual_shape is not None and not isinstance(actual_shape, Variable):
+        raise TypeError(f"{layer}: actual_shape must be a Variable (an int32 tensor of [out_h, out_w]) or None, "
+                        f"got {type(actual_shape).__name__}")
+    helper = LayerHelper(layer, name)
     attrs = {"data_layout": data_format, "interp_method": op_type.split("_")[0], "align_corners": bool(align_corners),
              "align_mode": int(align_mode)}
+    inputs = {"X": input}
     if out_shape is not None:
         if isinstance(out_shape, Variable) or any(isinstance(d, Variable) for d in out_shape):
-            raise NotImplementedError(f"{layer}: out_shape must be ints (size tensors are not supported)")
-        out_h, out_w = _pair(out_shape, "out_shape", layer)
-        attrs.update(out_h=out_h, out_w=out_w)
+            if not isinstance(out_shape, Variable) and len(out_shape) != 2:
+                raise ValueError(f"{layer}: out_shape must hold 2 values [out_h, out_w], got {out_shape}")
+            _, tensors = shape_arguments(out_shape, layer, helper, tensor_slot="OutSize", list_slot="SizeTensor")
+            inputs.update(tensors)
+        else:
+            out_h, out_w = _pair(out_shape, "out_shape", layer)
+            attrs.update(out_h=out_h, out_w=out_w)
     elif scale is not None:
         if isinstance(scale, Variable):
-            raise NotImplementedError(f"{layer}: scale must be a number (scale tensors are not supported)")
-        if float(scale) <= 0:
-            raise ValueError(f"{layer}: scale must be positive, got {scale}")
-        attrs["scale"] = [float(scale), float(scale)]
-    else:
+            inputs["Scale"] = scale
+        else:
+            if float(scale) <= 0:
+                raise ValueError(f"{layer}: scale must be positive, got {scale}")
+            attrs["scale"] = [float(scale), float(scale)]
+    elif actual_shape is None:
         raise ValueError(f"{layer}: give out_shape or scale")
-    return LayerHelper(layer, name).simple_op(op_type, {"X": input}, attrs)
+    if actual_shape is not None:
+        actual_shape.stop_gradient = True
+        _, tensors = shape_arguments(actual_shape, layer, helper, tensor_slot="OutSize", list_slot="SizeTensor")
+        inputs.pop("SizeTensor", None)
+        inputs.update(tensors)
+    return helper.simple_op(op_type, inputs, attrs)
 
 
 def resize_bilinear(input: Variable, out_shape=None, scale: float | None = None, name: str | None = None,

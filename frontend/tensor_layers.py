@@ -100,19 +100,41 @@ def reshape(x: Variable, shape: Sequence[int], actual_shape=None, activation=Non
     """``x`` with a new shape (``reshape2``): a 0 copies x's dim at that index, one -1 is inferred.
 
     An incompatible shape is a :class:`ShapeError` when the layer is called. ``actual_shape``
-    (a run-time shape) is not supported: XLA needs static shapes. ``inplace`` is accepted for
-    Paddle's signature and has no effect.
+    (Fluid 1.x: an int Variable, the op's ``Shape`` input) is the shape at run time and wins over
+    ``shape``, which stays the build-time shape of the result; its values must be known when the
+    step is traced (an ``assign`` of constants, shapes and arithmetic on them), else the build-time
+    shape is used where it leaves at most one dim unknown (``lowering/ops/reshaping.py``).
+    ``inplace`` is accepted for Paddle's signature and has no effect.
 
     >>> reshape(x, [0, -1])          # x (-1, 3, 4) -> (-1, 12)
     """
-    if actual_shape is not None:
-        raise TypeError("reshape: actual_shape (a shape known only at run time) is not supported; "
-                        "XLA compiles static shapes — pass shape as Python ints")
+    if actual_shape is not None and not isinstance(actual_shape, Variable):
+        raise TypeError(f"reshape: actual_shape must be a Variable (an int tensor holding the shape) or None, "
+                        f"got {type(actual_shape).__name__}")
     helper = LayerHelper("reshape2", name)
     shape, shape_inputs = shape_arguments(shape, "reshape", helper, tensor_slot="Shape", list_slot="ShapeTensor")
-    out = _xshape_op(helper, "reshape2", {"X": x, "Shape": [], "ShapeTensor": [], **shape_inputs},
-                     {"shape": shape}, x)
+    if actual_shape is None:
+        out = _xshape_op(helper, "reshape2", {"X": x, "Shape": [], "ShapeTensor": [], **shape_inputs},
+                         {"shape": shape}, x)
+        return activate(out, activation, helper)
+    _, run_inputs = shape_arguments(actual_shape, "reshape", helper, tensor_slot="Shape", list_slot="ShapeTensor")
+    out = helper.create_tmp(x.dtype, shape=_compile_shape(x.shape, shape))
+    xshape = helper.create_tmp(x.dtype, stop_gradient=True)
+    helper.append_op("reshape2", {"X": x, "Shape": run_inputs["Shape"], "ShapeTensor": []},
+                     {"Out": out, "XShape": xshape}, {"shape": shape})
     return activate(out, activation, helper)
+
+
+def _compile_shape(in_shape, shape) -> tuple:
+    """The build-time shape ``shape`` gives ``in_shape`` (0 copies, one -1 inferred when the other
+    sizes are known, else left -1): the declared result of a reshape whose run-time shape is a
+    tensor (Fluid 1.x's ``actual_shape``)."""
+    out = [in_shape[i] if d == 0 and i < len(in_shape) else int(d) for i, d in enumerate(shape)]
+    if out.count(-1) == 1 and all(d >= 0 for d in in_shape):
+        known = int(np.prod([d for d in out if d != -1]))
+        if known > 0 and int(np.prod(in_shape)) % known == 0:
+            out[out.index(-1)] = int(np.prod(in_shape)) // known
+    return tuple(out)
 
 
 def transpose(x: Variable, perm: Sequence[int], name: str | None = None) -> Variable:

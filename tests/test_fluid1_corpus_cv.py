@@ -1,0 +1,105 @@
+"""The computer-vision scripts of the PaddlePaddle/models corpus (docs/fluid1.md, "Corpus"): each
+mechanism they needed, checked against Paddle 2.6.2 running the same program bytes or NumPy."""
+
+from __future__ import annotations
+
+import jax  # noqa: F401  (before paddle)
+import numpy as np
+import pytest
+
+import fluidjax as fluid
+import paddle_oracle as po
+
+
+def _programs():
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 7
+    return main, startup
+
+
+def _run_both(main, startup, feed, fetch):
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    params = {v.name: np.asarray(scope.find_var(v.name).get_tensor()).copy()
+              for v in main.list_vars() if v.persistable and scope.find_var(v.name) is not None
+              and v.name not in ("feed", "fetch")}
+    names = [f.name for f in fetch]
+    ours = exe.run(main, feed=feed, fetch_list=names, scope=scope)
+    theirs = po.run(main.serialize(), feed, names, params)
+    return [np.asarray(o) for o in ours], theirs
+
+
+# -- resize with a run-time size tensor (YOLOv3's upsample) ---------------------------------------
+@pytest.mark.parametrize("how", ["actual_shape", "out_shape_var", "out_shape_list"])
+def test_resize_nearest_size_from_the_inputs_shape(how):
+    """yolov3.py's upsample: ``resize_nearest(x, scale=2, actual_shape=shape(x)[2:4] * 2)``; the
+    size tensor (OutSize / SizeTensor) is computed from shapes, so it is known at trace."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3, 5, 7], dtype="float32")
+        hw = fluid.layers.cast(fluid.layers.slice(fluid.layers.shape(x), axes=[0], starts=[2], ends=[4]), "int32")
+        size = hw * 2
+        if how == "actual_shape":
+            y = fluid.layers.resize_nearest(x, scale=2, actual_shape=size)
+        elif how == "out_shape_var":
+            y = fluid.layers.resize_nearest(x, out_shape=size)
+        else:
+            h = fluid.layers.slice(size, axes=[0], starts=[0], ends=[1])
+            y = fluid.layers.resize_nearest(x, out_shape=[h, 14])
+        loss = fluid.layers.mean(y * y)
+    op = next(o for o in main.global_block().ops if o.type == "nearest_interp_v2")
+    assert (op.input("OutSize") if how != "out_shape_list" else op.input("SizeTensor"))
+    feed = {"x": np.random.RandomState(0).randn(2, 3, 5, 7).astype("float32")}
+    ours, theirs = _run_both(main, startup, feed, [y, loss])
+    assert ours[0].shape == (2, 3, 10, 14)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5)
+    want = feed["x"].repeat(2, axis=2).repeat(2, axis=3)
+    np.testing.assert_allclose(ours[0], want)
+
+
+def test_resize_bilinear_actual_shape_trains():
+    """The size tensor is no gradient input: the image's gradient flows, checked against Paddle."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[2, 4, 4], dtype="float32")
+        x.stop_gradient = False
+        size = fluid.layers.cast(fluid.layers.slice(fluid.layers.shape(x), axes=[0], starts=[2], ends=[4]),
+                                 "int32") + 2
+        y = fluid.layers.resize_bilinear(x, out_shape=[6, 6], actual_shape=size)
+        loss = fluid.layers.reduce_sum(y * y)
+        grad, = fluid.backward.gradients([loss], [x])
+    feed = {"x": np.random.RandomState(1).randn(1, 2, 4, 4).astype("float32")}
+    ours, theirs = _run_both(main, startup, feed, [y, grad])
+    assert ours[0].shape == (1, 2, 6, 6)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_resize_actual_shape_must_be_a_variable():
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3, 5, 7], dtype="float32")
+        with pytest.raises(TypeError, match="actual_shape"):
+            fluid.layers.resize_nearest(x, scale=2, actual_shape=[10, 14])
+
+
+# -- reshape with a run-time shape (face_detection's pyramidbox) -----------------------------------
+def test_reshape_actual_shape_is_the_shape_input():
+    """pyramidbox.py: ``reshape(trans, shape=compile_shape, actual_shape=assign(np.array([0, -1, k])))``:
+    ``shape`` is the build-time shape, the ``Shape`` input the run-time one."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[4, 3, 2], dtype="float32")
+        t = fluid.layers.transpose(x, perm=[0, 2, 3, 1])
+        compile_shape = [t.shape[0], int(np.prod(t.shape[1:])) // 4, 4]
+        run_shape = fluid.layers.assign(np.array([0, -1, 4]).astype("int32"))
+        y = fluid.layers.reshape(t, shape=compile_shape, actual_shape=run_shape)
+        loss = fluid.layers.mean(y)
+    assert tuple(y.shape) == (-1, 6, 4)
+    op = next(o for o in main.global_block().ops if o.type == "reshape2")
+    assert op.input("Shape") == [run_shape.name]
+    feed = {"x": np.arange(2 * 24, dtype="float32").reshape(2, 4, 3, 2)}
+    ours, theirs = _run_both(main, startup, feed, [y, loss])
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[0], feed["x"].transpose(0, 2, 3, 1).reshape(2, 6, 4))
