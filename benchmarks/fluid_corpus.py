@@ -212,7 +212,8 @@ def data_wmt(d: str) -> None:
 
 
 def data_ocr(d: str) -> None:
-    """OCR (ctc / attention): train_images/ of 48-high grey JPEGs and train.list lines
+    """OCR (ctc / attention): train_images/ of 48x384 grey JPEGs (the scripts declare pixel with
+    fluid.data [None, 1, 48, 384], whose feeds Fluid 1.8 checks) and train.list lines
     "width height name label-ids(comma-separated)" (160 lines over 8 images: the reader's partial
     shuffle drops up to 100 lines); the same for test."""
     import numpy as np
@@ -224,9 +225,9 @@ def data_ocr(d: str) -> None:
         for i in range(8):
             n = int(r.randint(2, 6))
             label = r.randint(0, 95, n)
-            img = np.clip(r.normal(128, 60, (48, 48 + 16 * n)), 0, 255).astype("uint8")
+            img = np.clip(r.normal(128, 60, (48, 384)), 0, 255).astype("uint8")
             Image.fromarray(img).save(os.path.join(d, f"{part}_images", f"{i}.jpg"))
-            lines.append(f"{48 + 16 * n} 48 {i}.jpg " + ",".join(map(str, label)) + "\n")
+            lines.append(f"384 48 {i}.jpg " + ",".join(map(str, label)) + "\n")
         with open(os.path.join(d, f"{part}.list"), "w") as f:
             f.write("".join(lines * 20))
 
@@ -373,7 +374,8 @@ SCRIPTS += [
     dict(name="yolov3", target="detection (YOLOv3)", path=f"{R15CV}/yolov3/train.py",
          args=["--use_gpu", "False", "--batch_size", "2", "--max_iter", "3", "--snapshot_iter", "100",
                "--data_dir", "{data}", "--input_size", "320", "--syncbn", "False", "--use_multiprocess_reader", "False",
-               "--pretrain", "", "--model_save_dir", "{data}/out"], data="coco"),
+               "--pretrain", "", "--model_save_dir", "{data}/out"], data="coco",
+         env={"CUDA_VISIBLE_DEVICES": "0"}),   # else it counts devices with nvidia-smi
     dict(name="faster_rcnn", target="detection (Faster R-CNN)", path=f"{R15CV}/rcnn/train.py",
          args=["--use_gpu", "False", "--model_save_dir", "{data}/out", "--max_iter", "3", "--im_per_batch", "1",
                "--data_dir", "{data}", "--parallel", "False", "--log_window", "1", "--MASK_ON", "False", "--max_size", "320",
