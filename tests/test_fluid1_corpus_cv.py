@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fluidjax as fluid
+from fluidjax.ir.errors import ShapeError
 import paddle_oracle as po
 
 
@@ -103,3 +104,36 @@ def test_reshape_actual_shape_is_the_shape_input():
     ours, theirs = _run_both(main, startup, feed, [y, loss])
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[0], feed["x"].transpose(0, 2, 3, 1).reshape(2, 6, 4))
+
+
+# -- concat of an input with extra trailing 1-dims (the CGAN generator) --------------------------
+def test_concat_input_with_extra_trailing_unit_dims_joins_as_fluid_did():
+    """CGAN_network.py: ``concat([noise (N, 100), reshape(label, [-1, 1, 1, 1])], 1)`` — Fluid 1.x
+    gave (N, 101) (its check stops at the first input's rank, its kernel copies elements from the
+    axis on); Paddle 2.6.2 refuses, so NumPy is the oracle, the gradient by jax.grad's rule."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        noise = fluid.layers.data("noise", shape=[5], dtype="float32")
+        noise.stop_gradient = False
+        label = fluid.layers.data("label", shape=[1], dtype="float32")
+        y = fluid.layers.reshape(label, shape=[-1, 1, 1, 1])
+        xy = fluid.layers.concat([noise, y], 1)
+        loss = fluid.layers.reduce_sum(xy * xy)
+        grad, = fluid.backward.gradients([loss], [noise])
+    assert tuple(xy.shape) == (-1, 6)
+    r = np.random.RandomState(2)
+    feed = {"noise": r.randn(3, 5).astype("float32"), "label": r.randn(3, 1).astype("float32")}
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    out, g = exe.run(main, feed=feed, fetch_list=[xy, grad])
+    np.testing.assert_array_equal(out, np.concatenate([feed["noise"], feed["label"]], 1))
+    np.testing.assert_allclose(g, 2 * feed["noise"], rtol=1e-6)
+
+
+def test_concat_extra_dims_that_are_not_one_stay_a_rank_error():
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        a = fluid.layers.data("a", shape=[5], dtype="float32")
+        b = fluid.layers.data("b", shape=[1, 2], dtype="float32")
+        with pytest.raises(ShapeError, match="same rank"):
+            fluid.layers.concat([a, b], 1)

@@ -14,14 +14,26 @@ from ._shapes import _norm_axis, dims_equal
 from ._tensor_attrs import static_ints
 
 
+def _joined_shape(shape, rank: int) -> tuple:
+    """The shape an input of concat joins with: its own, or, where it has more dims than the first
+    input and every extra trailing dim is 1, its first ``rank`` dims. Fluid 1.x's concat checked
+    dims only up to the first input's rank and its kernel copied each input as rows of its
+    elements from the axis on, so ``concat([noise (N, 100), reshape(label, [-1, 1, 1, 1])], 1)``
+    gave (N, 101) (the PaddleCV CGAN does this); extra dims that are not 1 stay a rank error."""
+    shape = tuple(shape)
+    if len(shape) > rank and all(d == 1 for d in shape[rank:]):
+        return shape[:rank]
+    return shape
+
+
 def _concat_shape(ctx: InferShapeContext) -> None:
     xs = ctx.inputs("X")
     ctx.check(len(xs) > 0, "X needs at least one tensor")
     first = xs[0]
     rank = first.ndim
     for x in xs:
-        ctx.check(x.ndim == rank, f"all inputs need the same rank; {x.name!r} has {x.shape}, "
-                  f"{first.name!r} has {first.shape}")
+        ctx.check(len(_joined_shape(x.shape, rank)) == rank,
+                  f"all inputs need the same rank; {x.name!r} has {x.shape}, {first.name!r} has {first.shape}")
         ctx.check(x.dtype == first.dtype, f"all inputs need one dtype; {x.name!r} is {x.dtype}, "
                   f"{first.name!r} is {first.dtype}")
     if ctx.input("AxisTensor") is not None:
@@ -30,15 +42,16 @@ def _concat_shape(ctx: InferShapeContext) -> None:
     axis = _norm_axis(ctx.attr("axis"), rank)
     ctx.check(0 <= axis < rank, f"axis {ctx.attr('axis')} is out of range for rank {rank}")
     out = list(first.shape)
-    for x in xs[1:]:
+    shapes = [_joined_shape(x.shape, rank) for x in xs]
+    for x, shape in zip(xs[1:], shapes[1:]):
         for i in range(rank):
             if i == axis:
                 continue
-            ctx.check(dims_equal(out[i], x.shape[i]),
+            ctx.check(dims_equal(out[i], shape[i]),
                       f"inputs differ in dim {i} (not the concat axis {axis}): {first.shape} vs {x.shape}")
             if out[i] < 0:
-                out[i] = x.shape[i]
-    sizes = [x.shape[axis] for x in xs]
+                out[i] = shape[i]
+    sizes = [shape[axis] for shape in shapes]
     out[axis] = -1 if any(s < 0 for s in sizes) else sum(sizes)
     ctx.set_output("Out", out, first.dtype)
 
@@ -52,7 +65,9 @@ def concat(ctx):
     axis = ctx.attr("axis") if axis is None else axis[0]
     if any(is_counted(x) for x in xs):
         return {"Out": concat_counted_rows(xs)}
-    return {"Out": jnp.concatenate(xs, axis=_norm_axis(axis, xs[0].ndim))}
+    rank = xs[0].ndim
+    xs = [x if x.ndim == rank else x.reshape(_joined_shape(x.shape, rank)) for x in xs]
+    return {"Out": jnp.concatenate(xs, axis=_norm_axis(axis, rank))}
 
 
 def concat_counted_rows(xs) -> "LoDValue":
