@@ -26,7 +26,8 @@ a parameter or an accumulator (batch-norm statistics, learning rate, counters) i
 Batch norm: statistics are always those of the global batch (``sync_batch_norm=True``, the
 default here; Paddle defaults to per-device statistics). Per-device statistics would make the
 numbers depend on the device count, and the contract of a data-parallel run is equality with one
-device; ``sync_batch_norm=False`` is refused with a clear error rather than silently ignored.
+device; ``sync_batch_norm=False`` over several devices is refused with a clear error rather than
+silently ignored (on one device it is the same as True and is accepted: YOLOv3 sets it False there).
 
 Batches: a fed batch must divide by the number of devices (by the local ones in a multi-process
 run, where each process feeds its own shard): otherwise a :class:`~fluidjax.FeedError` — padding
@@ -45,8 +46,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..ir.errors import FeedError
+import jax.numpy as jnp
+
+from ..ir.errors import FeedError, NotOfferedError
 from ..ir.program import Program
+from . import flags
+from .feeds import _read_as_rows
+from .lod_split import host_feed, merge_fetch, paddle_shares, share_sizes, split_host, stack_shares
 from .lod_value import LoDValue
 
 AXIS = "dp"                                # the mesh's one axis: the devices a batch is split over
@@ -113,11 +119,9 @@ class BuildStrategy:
 
     @sync_batch_norm.setter
     def sync_batch_norm(self, value: bool) -> None:
-        if not value:
-            raise ValueError("BuildStrategy.sync_batch_norm=False (per-device batch-norm statistics) is not "
-                             "supported: a fluidjax data-parallel run keeps the whole batch's math, so batch norm "
-                             "always uses the global batch's statistics (equal to one device)")
-        self._sync_batch_norm = True
+        # False (per-device statistics) is kept: on one device it is the global batch's statistics;
+        # with_data_parallel refuses it over several devices (see the module doc).
+        self._sync_batch_norm = bool(value)
 
     def __repr__(self) -> str:
         return f"BuildStrategy(sharding={self.sharding!r}, sync_batch_norm={self.sync_batch_norm})"
@@ -200,6 +204,12 @@ class CompiledProgram:
                 raise ValueError(f"with_data_parallel: places name a device twice: {places}")
         if not devices:
             raise ValueError("with_data_parallel: no devices")
+        if len(devices) > 1 and not self._build_strategy.sync_batch_norm and any(
+                op.type == "batch_norm" for block in self._program.blocks for op in block.ops):
+            raise ValueError(f"BuildStrategy.sync_batch_norm=False (per-device batch-norm statistics) over "
+                             f"{len(devices)} devices is not supported: a fluidjax data-parallel run keeps the whole "
+                             "batch's math, so batch norm uses the global batch's statistics; set it True (on one "
+                             "device both are the same)")
         self._loss_name = loss_name
         self._mesh = Mesh(np.array(devices, dtype=object), (AXIS,))
         return self
@@ -208,7 +218,8 @@ class CompiledProgram:
         """The step of ``plan`` (made by ``executor`` for this program): sharded over the mesh."""
         if self._mesh is None:
             return executor._compile(plan)
-        layout = ShardedStep(self._mesh, plan, self._build_strategy.sharding, executor)
+        layout = ShardedStep(self._mesh, plan, self._build_strategy.sharding, executor,
+                             gradient_scale=self._build_strategy.gradient_scale_strategy)
         plan.place_state = layout.place_state
         if jax.process_count() > 1:
             _agree_on_seed(executor)
@@ -257,7 +268,8 @@ def state_roles(plan) -> tuple[set[str], set[str]]:
 class ShardedStep:
     """The shardings of one plan's step, its ``jax.jit``, and the placement of its state."""
 
-    def __init__(self, mesh: Mesh, plan, sharding: str, executor=None) -> None:
+    def __init__(self, mesh: Mesh, plan, sharding: str, executor=None,
+                 gradient_scale: int = 0) -> None:
         self.mesh = mesh
         self._executor = weakref.ref(executor) if executor is not None else _no_scope
         self.plan = plan
@@ -292,6 +304,11 @@ class ShardedStep:
         self.mutable = tuple(self.state[n_] for n_ in plan.mutable_state)
         self.const = tuple(self.state[n_] for n_ in plan.const_state)
         self.jitted = None
+        # A LoD feed: each device runs the one-device step on its own share of the sequences
+        # (shard_map), its gradients reduced over the devices (Paddle's ParallelExecutor).
+        self.per_device = any(block.var(n_).lod_level for n_ in plan.feed_names)
+        if self.per_device:
+            self._init_per_device(block, params, gradient_scale)
 
     # -- the hooks Executor._compile calls ------------------------------------------------------
     def env(self, items):
@@ -299,6 +316,8 @@ class ShardedStep:
         all-gathers each once and keeps the batch-parallel math, instead of splitting the matmuls
         that use it), and a dict that constrains gradients to their parameter's split as ops store
         them."""
+        if self.per_device:
+            return _ReducingEnv(items, self.reduced, self.gradient_scale)
         if not self.grad_constraints:
             return dict(items)
         rep = self.replicated
@@ -307,6 +326,8 @@ class ShardedStep:
         return _ConstrainedEnv(gathered, self.grad_constraints)
 
     def jit(self, step):
+        if self.per_device:
+            return self._jit_per_device(step)
         rep = self.replicated
         written = tuple(self.state[n] for n in self.plan.written_state)
         outs = (written, rep, rep, rep) if self.plan.has_checks else (written, rep)
@@ -317,6 +338,9 @@ class ShardedStep:
     # -- calling -----------------------------------------------------------------------------------
     def __call__(self, mutable, const, feeds, seed):
         outs = self.jitted(*self._arguments(mutable, const, feeds, seed))
+        if self.per_device:       # each device's fetched value, merged as Paddle's fetch merges them
+            fetches = [_merged(f) if split else f for f, split in zip(outs[1], self.fetch_split)]
+            outs = (outs[0], fetches) + tuple(outs[2:])
         # The scope's state is now on the mesh: the Executor's one-device plans (an evaluation
         # program run between training steps) must move it back before their next run.
         executor = self._executor()
@@ -330,6 +354,9 @@ class ShardedStep:
         return self.jitted.lower(*self._arguments(mutable, const, feeds, seed))
 
     def _arguments(self, mutable, const, feeds, seed):
+        if self.per_device:
+            feeds = self._split_feeds(feeds)
+            return _placed(mutable, self.mutable), _placed(const, self.const), feeds, seed
         n = self.local_devices
         for name, value, batched in zip(self.plan.feed_names, feeds, self.batched):
             if value.__class__ is LoDValue:
@@ -350,6 +377,141 @@ class ShardedStep:
         mutable = _placed(mutable, self.mutable)
         const = _placed(const, self.const)
         return mutable, const, feeds, seed
+
+    # -- LoD feeds: one share of the sequences per device ------------------------------------------
+    def _init_per_device(self, block, params, gradient_scale) -> None:
+        """What a per-device (LoD) step needs: the gradients to reduce over the devices (each
+        parameter's ``@GRAD``, where Paddle's all-reduce sits), which values every device computes
+        alike, and how each feed travels (its share per device, or whole)."""
+        if gradient_scale not in (0, 1, 2):
+            raise ValueError(f"BuildStrategy.gradient_scale_strategy must be CoeffNumDevice (0), One (1) or "
+                             f"Customized (2), got {gradient_scale!r}")
+        plan = self.plan
+        self.gradient_scale = gradient_scale
+        self.grad_constraints = {}
+        self.gathered = frozenset()
+        written = {n_ for op in plan.ops for n_ in op.output_arg_names}
+        reduced = set()
+        for op in plan.ops:
+            if "Param" in op.inputs and "ParamOut" in op.outputs and op.inputs["Param"]:
+                grad = op.inputs["Param"][0] + GRAD_SUFFIX
+                reduced.update([grad] if grad in written else [g for g in op.inputs.get("Grad", ()) if g in written])
+        self.reduced = frozenset(reduced)
+        self.feed_vars = tuple(block.var(n_) for n_ in plan.feed_names)
+        self.stacked = tuple(bool(var.lod_level) or b for var, b in zip(self.feed_vars, self.batched))
+        whole_feeds = {n_ for n_, s in zip(plan.feed_names, self.stacked) if not s}
+        self.independent = device_independent(plan, self.reduced, whole_feeds)
+        self.fetch_split = tuple(n_ not in self.independent for n_ in plan.fetch_names)
+        self.feeds = tuple(NamedSharding(self.mesh, PartitionSpec(AXIS)) if s else self.replicated
+                           for s in self.stacked)
+        self.place_shares = None      # {name: shares} of a one-dict-per-place feed, for the next call
+
+    def _jit_per_device(self, step):
+        """The step as ``shard_map`` over the mesh: every device runs the one-device step on its
+        share; gradients are reduced where they are made (:class:`_ReducingEnv`); state that the
+        devices computed differently (batch-norm moving statistics) is averaged (floats) or taken
+        from device 0; fetches that differ per device come back stacked, merged on the host."""
+        from jax import shard_map
+        plan, mesh = self.plan, self.mesh
+        stacked, fetch_split, independent = self.stacked, self.fetch_split, self.independent
+        written, has_checks = plan.written_state, plan.has_checks
+        old_at = {name: i for i, name in enumerate(plan.mutable_state)}
+        out_state = tuple(self.state[n_] for n_ in written)
+        split, whole = PartitionSpec(AXIS), PartitionSpec()
+
+        def local(mutable, const, feeds, seed):
+            feeds = tuple(jax.tree_util.tree_map(lambda a: a[0], f) if s else f for f, s in zip(feeds, stacked))
+            outs = step(mutable, const, feeds, seed)
+            new_state = tuple(v if name in independent else jax.tree_util.tree_map(_agree, v)
+                              for name, v in zip(written, outs[0]))
+            fetches = [jax.tree_util.tree_map(lambda a: a[None], f) if s else f for f, s in zip(outs[1], fetch_split)]
+            if not has_checks:
+                return new_state, fetches
+            failed = jax.lax.psum((~outs[2]).astype(jnp.int32), AXIS)
+            oks = failed == 0
+            values = jax.lax.pmax(outs[3], AXIS)
+            ok = jnp.all(oks)
+            new_state = tuple(jax.tree_util.tree_map(lambda new, old: jnp.where(ok, new, old), v, mutable[old_at[name]])
+                              if name in old_at else v for name, v in zip(written, new_state))
+            return new_state, fetches, oks, values
+
+        def global_step(mutable, const, feeds, seed):
+            outs_spec = (tuple(whole for _ in written), [split if s else whole for s in fetch_split])
+            if has_checks:
+                outs_spec += (whole, whole)
+            run = shard_map(local, mesh=mesh, check_vma=False,
+                            in_specs=(whole, whole, tuple(split if s else whole for s in stacked), whole),
+                            out_specs=outs_spec)
+            outs = run(mutable, const, feeds, seed)
+            new_state = tuple(jax.tree_util.tree_map(lambda v, s=s: jax.lax.with_sharding_constraint(v, s), v)
+                              for v, s in zip(outs[0], out_state))
+            return (new_state,) + tuple(outs[1:])
+
+        self.jitted = jax.jit(global_step, donate_argnums=(0,))
+        return self
+
+    def _split_feeds(self, feeds) -> tuple:
+        """The fed values split by Paddle's rule (or as a per-place feed list gave them) over this
+        process's devices, padded to shared buckets and stacked (``lowering/lod_split.py``)."""
+        names = self.plan.feed_names
+        n = self.local_devices
+        given, self.place_shares = self.place_shares, None
+        hosts, shares = [], []
+        for name, value, var, s in zip(names, feeds, self.feed_vars, self.stacked):
+            if not s:
+                hosts.append(None)
+                shares.append(None)
+                continue
+            data, lod = host_feed(value, var)
+            batch = len(lod[0]) - 1 if lod else len(data)
+            if given is not None and name in given:
+                share = list(given[name])
+                if len(share) != n or sum(share) != batch:
+                    raise FeedError(f"feed {name!r}: {len(share)} per-place feed dicts for the {n} devices of this "
+                                    "data-parallel run; give one dict per device")
+            else:
+                share = paddle_shares(batch, n, name)
+            hosts.append((data, lod))
+            shares.append(share)
+        counted = flags.bucket_sequences or any(len(set(sh)) > 1 for sh in shares if sh)
+        as_rows = [False] * len(names)
+        if counted:
+            rows_read = _read_as_rows(self.plan.ops)
+            as_rows = [name in rows_read for name in names]
+        pieces = [split_host(h[0], h[1], sh) if sh else None for h, sh in zip(hosts, shares)]
+        sizes = [share_sizes(p, counted and (h[1] is not None or r)) if p else []
+                 for p, h, r in zip(pieces, hosts, as_rows)]
+        if self.multi_process:     # every process's shares padded alike: one step shape everywhere
+            from jax.experimental import multihost_utils
+            flat = np.asarray([int(counted)] + [x for sz in sizes for x in sz], np.int64)
+            agreed = np.asarray(multihost_utils.process_allgather(flat)).reshape(-1, flat.size).max(axis=0)
+            if bool(agreed[0]) != counted:
+                raise FeedError("a data-parallel LoD run over several processes: one process's shares differ in "
+                                "size and another's do not; set fj.set_flags({'FLAGS_bucket_sequences': True}) "
+                                "on every process")
+            at = 1
+            for sz in sizes:
+                sz[:] = agreed[at:at + len(sz)].tolist()
+                at += len(sz)
+        out = []
+        for name, value, p, h, sz, r, s in zip(names, feeds, pieces, hosts, sizes, as_rows, self.stacked):
+            if not s:
+                out.append(value if not self.multi_process else
+                           jax.make_array_from_process_local_data(self.replicated, np.asarray(value)))
+                continue
+            dense_counted = counted and h[1] is None and r
+            if h[1] is None and not dense_counted and any(len(d) != sz[0] for d, _ in p):
+                raise FeedError(
+                    f"feed {name!r} (no LoD) is split in shares of different sizes ({[len(d) for d, _ in p]} rows) "
+                    "over the devices, and an op reads it as something other than one row per sequence, so its "
+                    "padding rows could not be kept out of the results; feed a batch that divides over the devices")
+            local = stack_shares(p, sz, counted and (h[1] is not None or r), r)
+            sharding = self.feeds[names.index(name)]
+            if self.multi_process:
+                out.append(jax.tree_util.tree_map(lambda a: jax.make_array_from_process_local_data(sharding, a), local))
+            else:
+                out.append(jax.device_put(local, sharding))
+        return tuple(out)
 
     def place_state(self, tensors) -> None:
         """Put the values of ``tensors`` (the plan's mutable then const state) where the step
@@ -395,6 +557,70 @@ class _ConstrainedEnv(dict):
         if sharding is not None and getattr(value, "ndim", 0):
             value = jax.lax.with_sharding_constraint(value, sharding)
         super().__setitem__(name, value)
+
+
+class _ReducingEnv(dict):
+    """A per-device step's value table: a parameter's gradient is reduced over the devices when
+    the op that makes it stores it (once; what later ops derive from it is alike everywhere), as
+    Paddle's all-reduce follows the op making each gradient. ``scale``: Paddle's
+    ``GradientScaleStrategy`` — CoeffNumDevice (0) averages (each device's loss gradient is
+    1/devices, then summed), One (1) and Customized (2) sum."""
+
+    def __init__(self, items, reduced: frozenset, scale: int) -> None:
+        super().__init__(items)
+        self._todo = set(reduced)
+        self._scale = scale
+
+    def __setitem__(self, name, value) -> None:
+        if name in self._todo:
+            self._todo.discard(name)
+            if not isinstance(value, jax.Array) and not hasattr(value, "ndim"):
+                raise NotOfferedError(
+                    f"gradient {name!r} is a {type(value).__name__} (a sparse gradient): a data-parallel run with LoD "
+                    "feeds reduces dense gradients only; build the layer without is_sparse=True")
+            value = jax.lax.pmean(value, AXIS) if self._scale == 0 else jax.lax.psum(value, AXIS)
+        super().__setitem__(name, value)
+
+
+def _agree(value):
+    """One value for every device of state the devices computed differently: the mean of a float
+    (batch norm's moving statistics), device 0's value otherwise."""
+    if jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.complexfloating):
+        return jax.lax.pmean(value, AXIS)
+    first = jax.lax.axis_index(AXIS) == 0
+    if value.dtype == jnp.bool_:
+        return jax.lax.psum(jnp.where(first, value, False).astype(jnp.int32), AXIS) > 0
+    return jax.lax.psum(jnp.where(first, value, jnp.zeros_like(value)), AXIS)
+
+
+def device_independent(plan, reduced: frozenset, whole_feeds=()) -> frozenset:
+    """The names every device of a per-device step computes alike: state, whole (unsplit) feeds,
+    the reduced gradients, and what ops compute from those alone (an op with a sub-block is
+    counted as per-device)."""
+    from .lower import block_refs
+    same = set(plan.mutable_state) | set(plan.const_state) | set(whole_feeds)
+    for op in plan.ops:
+        alike = not block_refs(op) and all(n in same for n in op.input_arg_names)
+        for out in op.output_arg_names:
+            if alike or out in reduced:
+                same.add(out)
+            else:
+                same.discard(out)
+    return frozenset(same)
+
+
+def _merged(fetched):
+    """A fetch of a per-device step (leading axis: the devices) merged over this process's devices."""
+    leaves, tree = jax.tree_util.tree_flatten(fetched)
+    per_leaf = []
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array):
+            shards = sorted(leaf.addressable_shards, key=lambda sh: sh.index[0].start or 0)
+            per_leaf.append([np.asarray(sh.data)[0] for sh in shards])
+        else:
+            per_leaf.append(list(np.asarray(leaf)))
+    devices = [jax.tree_util.tree_unflatten(tree, [col[d] for col in per_leaf]) for d in range(len(per_leaf[0]))]
+    return merge_fetch(devices)
 
 
 def _no_scope():

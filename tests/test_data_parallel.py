@@ -137,8 +137,18 @@ def test_build_strategy_and_compiled_program_refuse_bad_arguments():
     with pytest.raises(ValueError, match="sharding"):
         fj.BuildStrategy(sharding="zero3")
     strategy = fj.BuildStrategy()
+    strategy.sync_batch_norm = False      # one device: the same statistics; several: refused
+    main_bn, startup_bn = fj.Program(), fj.Program()
+    with fj.program_guard(main_bn, startup_bn):
+        fj.layers.batch_norm(fj.layers.data("img", shape=[2, 3, 3], dtype="float32"))
+
+    class _Place:        # two distinct devices, refused before any mesh is made
+        def jax_device(self):
+            return self
+
     with pytest.raises(ValueError, match="sync_batch_norm"):
-        strategy.sync_batch_norm = False
+        fj.CompiledProgram(main_bn, strategy).with_data_parallel(places=[_Place(), _Place()])
+    fj.CompiledProgram(main_bn, strategy).with_data_parallel()      # one device here: accepted
     with pytest.raises(TypeError):
         fj.CompiledProgram("not a program")
     main, _, _ = _mlp()
