@@ -124,12 +124,8 @@ ROUTES: dict[str, tuple[tuple, dict, str]] = {
 }
 NOT_OFFERED_REASONS.update({prefix: route[2] for prefix, route in ROUTES.items()})
 
-_PICKLE = ("Fluid 1.6+'s fluid.io.save / load / load_program_state / set_program_state keep parameters in pickle "
-           "files (.pdparams / .pdopt), which fluidjax never reads or writes; use fluid.io.save_persistables / "
-           "load_persistables (or save_params / load_params), which keep Paddle's tensor format")
 # Names refused for a reason of their own (Fluid path.name -> reason), ahead of the route's.
 NAMED_REASONS: dict[str, str] = {
-    "io.save": _PICKLE, "io.load": _PICKLE, "io.load_program_state": _PICKLE, "io.set_program_state": _PICKLE,
     "optimizer.DpsgdOptimizer": "the differentially private SGD optimizer (dpsgd op) is not offered",
     "optimizer.PipelineOptimizer": ("Fluid's pipeline optimizer (section programs on several devices) is not "
                                     "offered: fluidjax runs a whole step as one XLA program"),
