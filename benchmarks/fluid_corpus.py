@@ -326,7 +326,78 @@ def data_cityscapes(d: str) -> None:
             f.write("".join(f"{part}A/{i}.jpg\t{part}B/{i}.jpg\n" for i in range(4)))
 
 
-DATA = {"senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo,
+def data_mnist_gz(d: str) -> None:
+    """MNIST's idx files as the GAN scripts read them (data_dir/mnist/train-{images-idx3,labels-idx1}
+    -ubyte.gz: big-endian headers, 28x28 uint8 images): 200 images, a multiple of the reader's 100."""
+    import gzip
+    import struct
+    import numpy as np
+    r = _rng("mnist_gz")
+    root = os.path.join(d, "mnist")
+    os.makedirs(root, exist_ok=True)
+    n = 200
+    labels = r.randint(0, 10, n).astype("uint8")
+    images = np.clip(r.normal(30, 40, (n, 28, 28)) + 20 * labels[:, None, None], 0, 255).astype("uint8")
+    for part in ("train", "t10k"):
+        with gzip.open(os.path.join(root, f"{part}-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        with gzip.open(os.path.join(root, f"{part}-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">II", 2049, n) + labels.tobytes())
+
+
+CELEBA_ATTRS = ("5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose Black_Hair "
+                "Blond_Hair Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses Goatee Gray_Hair "
+                "Heavy_Makeup High_Cheekbones Male Mouth_Slightly_Open Mustache Narrow_Eyes No_Beard Oval_Face "
+                "Pale_Skin Pointy_Nose Receding_Hairline Rosy_Cheeks Sideburns Smiling Straight_Hair Wavy_Hair "
+                "Wearing_Earrings Wearing_Hat Wearing_Lipstick Wearing_Necklace Wearing_Necktie Young").split()
+
+
+def data_celeba(d: str) -> None:
+    """CelebA as the GAN scripts read it (data_dir/celeba): list_attr_celeba-style train.txt / test.txt
+    (the count, the 40 attribute names, then "000001.jpg" and 40 values of 1/-1 per line) and
+    img_align_celeba/ JPEGs (96x80), 12 images (the reader trains on the first 90%)."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("celeba")
+    root = os.path.join(d, "celeba")
+    os.makedirs(os.path.join(root, "img_align_celeba"), exist_ok=True)
+    lines = []
+    for i in range(12):
+        name = f"{i + 1:06d}.jpg"
+        img = np.clip(r.normal(120, 50, (96, 80, 3)), 0, 255).astype("uint8")
+        Image.fromarray(img).save(os.path.join(root, "img_align_celeba", name))
+        lines.append(name + " " + " ".join(r.choice(["1", "-1"], len(CELEBA_ATTRS))) + "\n")
+    for part in ("train", "test"):
+        with open(os.path.join(root, f"{part}.txt"), "w") as f:
+            f.write(f"{len(lines)}\n" + " ".join(CELEBA_ATTRS) + "\n" + "".join(lines))
+
+
+def data_wider(d: str) -> None:
+    """WIDER FACE (face_detection): WIDER_train/images/<event>/<name>.jpg (160x160 with one or two
+    large faces) and wider_face_split/wider_face_train_bbx_gt.txt (name, face count, then
+    "x y w h blur expression illumination invalid occlusion pose" per face)."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("wider")
+    event = "0--Parade"
+    os.makedirs(os.path.join(d, "WIDER_train", "images", event), exist_ok=True)
+    os.makedirs(os.path.join(d, "wider_face_split"), exist_ok=True)
+    out = []
+    for i in range(8):
+        img = np.clip(r.normal(100, 30, (160, 160, 3)), 0, 255).astype("uint8")
+        faces = []
+        for _ in range(1 + i % 2):
+            x, y, w, h = int(r.randint(10, 70)), int(r.randint(10, 70)), int(r.randint(40, 80)), int(r.randint(40, 80))
+            img[y:y + h, x:x + w] = 200
+            faces.append(f"{x} {y} {w} {h} 0 0 0 0 0 0")
+        name = f"{event}/0_Parade_{i}.jpg"
+        Image.fromarray(img).save(os.path.join(d, "WIDER_train", "images", name))
+        out += [name, str(len(faces)), *faces]
+    with open(os.path.join(d, "wider_face_split", "wider_face_train_bbx_gt.txt"), "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+DATA = {"mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo,
         "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr}
 
 # -- the scripts ----------------------------------------------------------------------------------
@@ -395,7 +466,8 @@ SCRIPTS += [
                "--dataset_path", "{data}", "--save_weights_path", "{data}/out", "--parallel", "False"]),
     dict(name="face_pyramidbox", target="detection (face)", path=f"{R18CV}/face_detection/train.py",
          args=["--use_gpu", "False", "--batch_size", "2", "--epoc_num", "1", "--parallel", "False",
-               "--data_dir", "{data}", "--resize_h", "160", "--resize_w", "160"]),
+               "--data_dir", "{data}", "--resize_h", "160", "--resize_w", "160", "--pretrained_model", "",
+               "--use_multiprocess", "False", "--model_save_dir", "{data}/out"], data="wider"),
     dict(name="pose_simplebase", target="pose estimation", path=f"{R18CV}/human_pose_estimation/train.py",
          args=["--use_gpu", "False", "--batch_size", "2", "--num_epochs", "1", "--dataset", "mpii"]),
 ]
@@ -412,8 +484,10 @@ SCRIPTS += [dict(name="gan_" + m.lower(), target="GAN", path=f"{R18CV}/gan/train
                        "False", "--run_test", "False", "--save_checkpoints", "False", "--max_iter", "4",
                        "--output", "{data}/out", "--data_dir", "{data}"]
                       + (["--image_size", "286", "--crop_size", "256"] if m in ("Pix2pix", "SPADE")   # its U-Net: 8 halvings
+                         else ["--image_size", "64", "--crop_size", "64"] if m in ("StarGAN", "AttGAN", "STGAN")
                          else ["--image_size", "72", "--crop_size", "64"]),
-                 data="cityscapes" if m in ("CycleGAN", "Pix2pix", "SPADE") else None,
+                 data="cityscapes" if m in ("CycleGAN", "Pix2pix", "SPADE") else
+                      "mnist_gz" if m in ("CGAN", "DCGAN") else "celeba",
                  book={"mnist": {"train": 256, "test": 64}}) for m in GAN]
 R18NLP, R18REC = "r18/PaddleNLP", "r18/PaddleRec"
 SENTA = ["bilstm_net", "bow_net", "cnn_net", "gru_net", "lstm_net"]
