@@ -444,7 +444,7 @@ SCRIPTS += [
                "--use_multiprocess", "False", "--model_save_dir", "{data}/out"], data="voc"),
     dict(name="yolov3", target="detection (YOLOv3)", path=f"{R15CV}/yolov3/train.py",
          args=["--use_gpu", "False", "--batch_size", "2", "--max_iter", "3", "--snapshot_iter", "100",
-               "--data_dir", "{data}", "--input_size", "320", "--syncbn", "False", "--use_multiprocess_reader", "False",
+               "--data_dir", "{data}", "--input_size", "320", "--class_num", "5", "--syncbn", "False", "--use_multiprocess_reader", "False",
                "--pretrain", "", "--model_save_dir", "{data}/out"], data="coco",
          env={"CUDA_VISIBLE_DEVICES": "0"}),   # else it counts devices with nvidia-smi
     dict(name="faster_rcnn", target="detection (Faster R-CNN)", path=f"{R15CV}/rcnn/train.py",
