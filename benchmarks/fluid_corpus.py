@@ -397,8 +397,101 @@ def data_wider(d: str) -> None:
         f.write("\n".join(out) + "\n")
 
 
+def data_simnet(d: str) -> None:
+    """SimNet (similarity_net): vocab.txt ("word\tid" lines) and pairwise train.tsv
+    ("query\tpositive title\tnegative title", no header): the positive shares the query's words."""
+    r = _rng("simnet")
+    words = ["w%d" % i for i in range(300)]
+    with open(os.path.join(d, "vocab.txt"), "w") as f:
+        f.write("".join(f"{w}\t{i + 1}\n" for i, w in enumerate(words)))
+    with open(os.path.join(d, "train_pairwise.tsv"), "w") as f:
+        for _ in range(48):
+            q = r.randint(0, 300, int(r.randint(3, 10)))
+            pos = list(q[: max(1, len(q) // 2)]) + list(r.randint(0, 300, 2))
+            neg = r.randint(0, 300, int(r.randint(3, 10)))
+            f.write("\t".join(" ".join(words[i] for i in part) for part in (q, pos, neg)) + "\n")
+
+
+def data_ner(d: str) -> None:
+    """CoNLL NER (sequence_tagging_for_ner, paths fixed in its text: data/train, data/test,
+    data/target.txt, data/vocab.txt, data/wordVectors.txt): the corpus' own train/test/target
+    samples copied into the scratch data/ folder, a vocabulary of their lower-cased words plus
+    "UUUNKKK", and 50-wide word vectors (cs224d's wordVectors.txt layout: one row per word)."""
+    r = _rng("ner")
+    src = os.path.join(os.environ.get("FLUID_CORPUS", ""), "fluid14/fluid/PaddleNLP/sequence_tagging_for_ner/data")
+    out = os.path.join(d, "data")
+    os.makedirs(out, exist_ok=True)
+    words = {"UUUNKKK"}
+    for part in ("train", "test", "target.txt"):
+        shutil.copy(os.path.join(src, part), os.path.join(out, part))
+        if part != "target.txt":
+            with open(os.path.join(src, part)) as f:
+                words.update(ln.split()[0].lower() for ln in f if ln.strip())
+    words = sorted(words)
+    with open(os.path.join(out, "vocab.txt"), "w") as f:
+        f.write("\n".join(words) + "\n")
+    with open(os.path.join(out, "wordVectors.txt"), "w") as f:
+        for _ in words:
+            f.write(" ".join("%.5f" % v for v in r.normal(0, 0.1, 50)) + "\n")
+
+
+def _pickle_dicts(objs) -> bytes:
+    """Pickle protocol 3 bytes of a tuple of dicts {bytes: list of ints or of int lists}, written
+    opcode by opcode (no pickle module here): DAM's data file is a pickle by the script's design."""
+    import struct
+    out = [b"\x80\x03"]
+
+    def put(v):
+        if isinstance(v, bytes):
+            out.append(b"C" + bytes([len(v)]) + v)          # SHORT_BINBYTES
+        elif isinstance(v, int):
+            out.append(b"J" + struct.pack("<i", v))           # BININT
+        elif isinstance(v, list):
+            out.append(b"](")                                 # EMPTY_LIST, MARK
+            for x in v:
+                put(x)
+            out.append(b"e")                                  # APPENDS
+        elif isinstance(v, dict):
+            out.append(b"}(")                                 # EMPTY_DICT, MARK
+            for k, x in v.items():
+                put(k)
+                put(x)
+            out.append(b"u")                                  # SETITEMS
+        else:
+            raise TypeError(type(v))
+    out.append(b"(")
+    for o in objs:
+        put(o)
+    out.append(b"t.")                                         # TUPLE, STOP
+    return b"".join(out)
+
+
+def data_dam(d: str) -> None:
+    """DAM (deep attention matching): dam.pkl, the script's (train, valid, test) pickle of dicts
+    {b'y': labels, b'c': contexts (word ids, turns separated by _EOS_ = 1), b'r': responses}; a
+    response is the true one (label 1, it repeats the last turn's words) or a random one (0)."""
+    r = _rng("dam")
+
+    def part(n):
+        y, c, rs = [], [], []
+        for i in range(n):
+            turns = [[int(w) for w in r.randint(2, 300, int(r.randint(2, 8)))] for _ in range(int(r.randint(1, 4)))]
+            label = i % 2
+            resp = turns[-1][:] if label else [int(w) for w in r.randint(2, 300, int(r.randint(2, 8)))]
+            ctx = []
+            for t in turns:
+                ctx += t + [1]
+            y.append(label)
+            c.append(ctx)
+            rs.append(resp)
+        return {b"y": y, b"c": c, b"r": rs}
+    with open(os.path.join(d, "dam.pkl"), "wb") as f:
+        f.write(_pickle_dicts([part(24), part(8), part(8)]))
+
+
 DATA = {"mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo,
-        "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr}
+        "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr,
+        "simnet": data_simnet, "ner": data_ner, "dam": data_dam}
 
 # -- the scripts ----------------------------------------------------------------------------------
 # name, target (the brief's model family), path under the corpus, args ("{data}": the synthetic data
@@ -444,7 +537,7 @@ SCRIPTS += [
                "--use_multiprocess", "False", "--model_save_dir", "{data}/out"], data="voc"),
     dict(name="yolov3", target="detection (YOLOv3)", path=f"{R15CV}/yolov3/train.py",
          args=["--use_gpu", "False", "--batch_size", "2", "--max_iter", "3", "--snapshot_iter", "100",
-               "--data_dir", "{data}", "--input_size", "320", "--class_num", "5", "--syncbn", "False", "--use_multiprocess_reader", "False",
+               "--data_dir", "{data}", "--input_size", "320", "--random_shape", "False", "--class_num", "5", "--syncbn", "False", "--use_multiprocess_reader", "False",
                "--pretrain", "", "--model_save_dir", "{data}/out"], data="coco",
          env={"CUDA_VISIBLE_DEVICES": "0"}),   # else it counts devices with nvidia-smi
     dict(name="faster_rcnn", target="detection (Faster R-CNN)", path=f"{R15CV}/rcnn/train.py",
@@ -512,7 +605,9 @@ SCRIPTS += [
                "--batch_size", "8", "--epoch", "1", "--save_steps", "1000", "--validation_steps", "1000",
                "--print_steps", "1", "--model_save_dir", "{data}/out", "--word_emb_dim", "32",
                "--grnn_hidden_dim", "32", "--bigru_num", "1"], data="lac"),
-    dict(name="ner", target="NER", path=f"{F14}/PaddleNLP/sequence_tagging_for_ner/train.py", args=[]),
+    # its main() call fixes the paths (data/..., relative: in_data) and num_passes=2000 (override)
+    dict(name="ner", target="NER", path=f"{F14}/PaddleNLP/sequence_tagging_for_ner/train.py", args=[],
+         data="ner", in_data=True, overrides={"main(num_passes=...)": 2}),
     dict(name="chinese_ner", target="NER", path=f"{F14}/PaddleNLP/chinese_ner/train.py",
          args=["--device", "CPU", "--num_passes", "1", "--batch_size", "8"], timeout=150),
     dict(name="language_model", target="language model", path=f"{R18NLP}/language_model/train.py",
@@ -549,13 +644,13 @@ SCRIPTS += [
     dict(name="dam", target="DAM", path=f"{F14}/PaddleNLP/deep_attention_matching_net/train_and_evaluate.py",
          args=["--num_scan_data", "1", "--batch_size", "4", "--_EOS_", "1",
                "--stack_num", "1", "--max_turn_num", "3", "--max_turn_len", "10", "--vocab_size", "300",
-               "--emb_size", "16", "--save_path", "{data}/out", "--data_path", "{data}/dam.pkl"]),
+               "--emb_size", "16", "--save_path", "{data}/out", "--data_path", "{data}/dam.pkl"], data="dam"),
     dict(name="simnet_bow", target="text matching", path=f"{R18NLP}/similarity_net/run_classifier.py",
          args=["--task_name", "simnet", "--task_mode", "pairwise", "--use_cuda", "False", "--do_train", "True", "--do_valid", "False",
                "--do_test", "False", "--do_infer", "False", "--batch_size", "8", "--epoch", "1",
                "--config_path", "./config/bow_pairwise.json", "--vocab_path", "{data}/vocab.txt",
-               "--train_data_dir", "{data}/train.tsv", "--output_dir", "{data}/out", "--save_steps", "1000",
-               "--validation_steps", "1000", "--skip_steps", "1"], data="text_cls"),
+               "--train_data_dir", "{data}/train_pairwise.tsv", "--output_dir", "{data}/out", "--save_steps", "1000",
+               "--validation_steps", "1000", "--skip_steps", "1", "--init_checkpoint", ""], data="simnet"),
     dict(name="ctr_dnn", target="CTR (DNN)", path=f"{R18REC}/ctr/dnn/train.py",
          args=["--train_files_path", "{data}/train_data", "--test_files_path", "{data}/test_data",
                "--model_path", "{data}/out", "--batch_size", "16", "--epochs", "1", "--sparse_feature_dim", "1001",
@@ -739,6 +834,7 @@ def run_one(spec: dict, corpus: str, shim: str, python: str, timeout: float, log
     """Prepare the synthetic data a spec names, fill its {data} flags and run it (book_scripts)."""
     data = os.path.join(logs, "data", spec["name"])
     os.makedirs(data, exist_ok=True)
+    os.environ.setdefault("FLUID_CORPUS", corpus)       # synthesizers that copy the corpus' own samples
     if spec.get("data"):
         DATA[spec["data"]](data)
     if spec.get("in_data"):
