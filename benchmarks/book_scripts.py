@@ -21,7 +21,8 @@ The real Paddle is never imported. Epochs are capped by the scripts' own command
 (``--num_epochs``, dc_gan's ``--epoch``) or by the readers' lengths; the one exception is the
 beam decoders' ``max_length`` (the decode loop's bound, 256 in the text: an untrained model
 never emits the end token, so it would decode 256 steps), rewritten when the script is compiled
-(``overrides``: module-level assignments only; the file on disk is unchanged) and reported.
+(``overrides``: module-level assignments ``NAME``, and keyword arguments of module-level calls
+``"func(kw=...)"``; the file on disk is unchanged) and reported.
 
 Per script the child records (through wrappers around ``fluidjax.Executor.run`` and
 ``fluidjax.io``'s save/load calls) every training step's first fetched value and wall time,
@@ -589,6 +590,14 @@ PY2, PY3 = False, True
 string_types, integer_types, class_types, text_type, binary_type = (str,), (int,), (type,), str, bytes
 
 
+def b(s):
+    return s.encode("latin-1")
+
+
+def u(s):
+    return s
+
+
 def iteritems(d, **kw):
     return iter(d.items(**kw))
 
@@ -644,6 +653,17 @@ def _value(out):
         return float(a.mean()) if a.size else None
     except Exception:
         return None
+
+    def visit_Call(self, node):
+        # "func(kw=...)" keys: a keyword argument of a module-level call (a literal in
+        # ``main(num_passes=2000)`` under ``if __name__ == "__main__"``)
+        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+        for kw in node.keywords:
+            key = "%s(%s=...)" % (name, kw.arg)
+            if key in overrides:
+                kw.value = ast.copy_location(ast.Constant(overrides[key]), kw.value)
+        self.generic_visit(node)
+        return node
 
 
 

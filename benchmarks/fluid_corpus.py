@@ -410,6 +410,11 @@ def data_simnet(d: str) -> None:
             pos = list(q[: max(1, len(q) // 2)]) + list(r.randint(0, 300, 2))
             neg = r.randint(0, 300, int(r.randint(3, 10)))
             f.write("\t".join(" ".join(words[i] for i in part) for part in (q, pos, neg)) + "\n")
+    with open(os.path.join(d, "valid.tsv"), "w") as f:      # "query\ttitle\tlabel"
+        for i in range(16):
+            q = r.randint(0, 300, int(r.randint(3, 10)))
+            t = list(q[:2]) if i % 2 else list(r.randint(0, 300, 4))
+            f.write(" ".join(words[j] for j in q) + "\t" + " ".join(words[j] for j in t) + f"\t{i % 2}\n")
 
 
 def data_ner(d: str) -> None:
@@ -469,15 +474,18 @@ def _pickle_dicts(objs) -> bytes:
 def data_dam(d: str) -> None:
     """DAM (deep attention matching): dam.pkl, the script's (train, valid, test) pickle of dicts
     {b'y': labels, b'c': contexts (word ids, turns separated by _EOS_ = 1), b'r': responses}; a
-    response is the true one (label 1, it repeats the last turn's words) or a random one (0)."""
+    response is the true one (label 1, it repeats the last turn's words) or a random one (0).
+    Every context has 4 turns of 4 words and every response 12 words: the script's reader makes
+    NumPy arrays of them (np.array of ragged lists is an error since NumPy 1.24) and its padding
+    path calls list.extend, which only the cut path (longer than max_turn_num / max_turn_len) avoids."""
     r = _rng("dam")
 
-    def part(n):
+    def part(n, group):
         y, c, rs = [], [], []
         for i in range(n):
-            turns = [[int(w) for w in r.randint(2, 300, int(r.randint(2, 8)))] for _ in range(int(r.randint(1, 4)))]
-            label = i % 2
-            resp = turns[-1][:] if label else [int(w) for w in r.randint(2, 300, int(r.randint(2, 8)))]
+            turns = [[int(w) for w in r.randint(2, 300, 4)] for _ in range(4)]
+            label = int(i % group == 0)
+            resp = turns[-1] * 3 if label else [int(w) for w in r.randint(2, 300, 12)]
             ctx = []
             for t in turns:
                 ctx += t + [1]
@@ -486,7 +494,8 @@ def data_dam(d: str) -> None:
             rs.append(resp)
         return {b"y": y, b"c": c, b"r": rs}
     with open(os.path.join(d, "dam.pkl"), "wb") as f:
-        f.write(_pickle_dicts([part(24), part(8), part(8)]))
+        # valid/test: groups of 10 candidates, the true response first (Ubuntu's evaluation layout)
+        f.write(_pickle_dicts([part(24, 2), part(20, 10), part(20, 10)]))
 
 
 DATA = {"mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo,
@@ -644,9 +653,11 @@ SCRIPTS += [
     dict(name="dam", target="DAM", path=f"{F14}/PaddleNLP/deep_attention_matching_net/train_and_evaluate.py",
          args=["--num_scan_data", "1", "--batch_size", "4", "--_EOS_", "1",
                "--stack_num", "1", "--max_turn_num", "3", "--max_turn_len", "10", "--vocab_size", "300",
-               "--emb_size", "16", "--save_path", "{data}/out", "--data_path", "{data}/dam.pkl"], data="dam"),
+               "--emb_size", "16", "--save_path", "{data}/out", "--data_path", "{data}/dam.pkl"], data="dam",
+         env={"CPU_NUM": "1"}),   # its test loop runs inside its per-device loop: one device
     dict(name="simnet_bow", target="text matching", path=f"{R18NLP}/similarity_net/run_classifier.py",
-         args=["--task_name", "simnet", "--task_mode", "pairwise", "--use_cuda", "False", "--do_train", "True", "--do_valid", "False",
+         args=["--task_name", "simnet", "--task_mode", "pairwise", "--use_cuda", "False", "--do_train", "True", "--do_valid", "True",
+               "--valid_data_dir", "{data}/valid.tsv",
                "--do_test", "False", "--do_infer", "False", "--batch_size", "8", "--epoch", "1",
                "--config_path", "./config/bow_pairwise.json", "--vocab_path", "{data}/vocab.txt",
                "--train_data_dir", "{data}/train_pairwise.tsv", "--output_dir", "{data}/out", "--save_steps", "1000",
