@@ -174,6 +174,60 @@ def _few_channels_by_dot(x, w, strides, pads):
     return patches @ jnp.transpose(w, (2, 3, 1, 0)).reshape(kh * kw * c, o)
 
 
+def _grouped_filter_grad(x, dy, w_shape, strides, pads, dil, last: bool, groups: int):
+    """The gradient of a grouped convolution's filter: for each of the kh·kw filter taps, the
+    strided slice of the padded input it meets, contracted with the output gradient per group
+    (one batched matrix product over the groups)."""
+    o, cg, kh, kw = w_shape
+    h_axis, w_axis = (1, 2) if last else (2, 3)
+    cfg = [(0, 0, 0)] * 4
+    cfg[h_axis], cfg[w_axis] = (pads[0][0], pads[0][1], 0), (pads[1][0], pads[1][1], 0)
+    xp = lax.pad(x, jnp.zeros((), x.dtype), cfg)
+    oh, ow = dy.shape[h_axis], dy.shape[w_axis]
+    n = x.shape[0]
+    if last:
+        dyg, spec = dy.reshape(n, oh, ow, groups, o // groups), "nhwgc,nhwgo->goc"
+    else:
+        dyg, spec = dy.reshape(n, groups, o // groups, oh, ow), "ngchw,ngohw->goc"
+    taps = []
+    for i in range(kh):
+        for j in range(kw):
+            start, limit, step = [0] * 4, list(xp.shape), [1] * 4
+            for axis, offset, size, st in ((h_axis, i * dil[0], oh, strides[0]), (w_axis, j * dil[1], ow, strides[1])):
+                start[axis], limit[axis], step[axis] = offset, offset + (size - 1) * st + 1, st
+            xs = lax.slice(xp, start, limit, step)
+            xs = xs.reshape(n, oh, ow, groups, cg) if last else xs.reshape(n, groups, cg, oh, ow)
+            taps.append(jnp.einsum(spec, xs, dyg, preferred_element_type=jnp.float32).reshape(o, cg))
+    return jnp.stack(taps, -1).reshape(o, cg, kh, kw)
+
+
+def _grouped_conv(x, w, strides, pads, dil, last: bool, groups: int):
+    """A grouped convolution (1 < groups, not depthwise) whose filter gradient is computed tap by
+    tap (:func:`_grouped_filter_grad`): XLA's CPU backend runs the filter gradient of a grouped
+    convolution (a convolution with ``batch_group_count``) about 100x slower than this — ResNeXt-50's
+    32-group 3x3 convolutions, 4x128x56x56: 40 s against 0.3 s a step. The forward and the input's
+    gradient stay XLA's convolution; the result is the same derivative."""
+    def conv(x_, w_):
+        return lax.conv_general_dilated(x_, w_, window_strides=strides, padding=pads, rhs_dilation=dil,
+                                        dimension_numbers=_dimension_numbers(last), feature_group_count=groups)
+
+    @jax.custom_vjp
+    def grouped(x_, w_):
+        return conv(x_, w_)
+
+    def forward(x_, w_):
+        return conv(x_, w_), (x_, w_)
+
+    def backward(res, dy):
+        x_, w_ = res
+        dx, = jax.vjp(lambda a: conv(a, w_), x_)[1](dy)
+        dw = _grouped_filter_grad(x_, dy, w_.shape, strides, pads, dil, last, groups)
+        return dx, dw.astype(w_.dtype)
+
+    grouped.defvjp(forward, backward)
+    return grouped(x, w)
+
+
 _PATCH_LIMIT = 32      # kh·kw·channels up to which a channel-last conv runs as patches × filter
 
 
@@ -191,6 +245,8 @@ def _conv(ctx):
     if (groups == 1 and last and x.ndim == 4 and tuple(dil) == (1, 1) and w.shape[1] == x.shape[3]
             and int(np.prod(w.shape[1:])) <= _PATCH_LIMIT and all(min(p) >= 0 for p in map(tuple, pads))):
         return {"Output": _few_channels_by_dot(x, w, strides, pads)}
+    if groups > 1 and x.ndim == 4:
+        return {"Output": _grouped_conv(x, w, list(strides), [tuple(p) for p in pads], list(dil), last, groups)}
     out = lax.conv_general_dilated(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
                                    dimension_numbers=_dimension_numbers(last),
                                    feature_group_count=ctx.attr("groups") or 1)
