@@ -82,8 +82,7 @@ _NOT_OFFERED = {
     "dygraph_guard": "dygraph (eager mode)", "enable_dygraph": "dygraph (eager mode)",
     "disable_dygraph": "dygraph (eager mode)", "enable_imperative": "dygraph (eager mode)",
     "disable_imperative": "dygraph (eager mode)", "VarBase": "dygraph (eager mode)",
-    "DistributeTranspiler": "the parameter-server transpiler", "DistributeTranspilerConfig":
-    "the parameter-server transpiler", "XPUPlace": "Baidu XPU devices", "NPUPlace": "Ascend NPU devices",
+    "DistributeTranspiler": "the parameter-server transpiler", "XPUPlace": "Baidu XPU devices", "NPUPlace": "Ascend NPU devices",
     "load_op_library": "custom C++ operators",
 }
 

@@ -626,6 +626,10 @@ script, args = sys.argv[1], sys.argv[2:]
 overrides = json.loads(os.environ.get("BOOK_OVERRIDES", "{}"))
 shim = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [shim, os.path.dirname(os.path.abspath(script))] + [p for p in sys.path[1:] if p != shim]
+# A Python the script starts (a Fluid dataset's pipe command "python dataset_generator.py") is this
+# interpreter and imports the same paddle package.
+os.environ["PYTHONPATH"] = shim
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
 import paddle                                       # the shim: fluidjax before anything else
 import fluidjax

@@ -118,15 +118,136 @@ def data_word2vec(d: str) -> None:
 
 
 def data_criteo(d: str) -> None:
-    """Criteo raw lines: label, 13 integer features, 26 hashed categorical features, tab-separated."""
+    """Criteo: raw lines (label, 13 integer features, 26 hashed categorical features, tab-separated;
+    each categorical column draws from 12 values) in train_data/ test_data/, and the statistics the
+    CTR models' preprocessing writes: DCN's cat_feature_num.txt ("C1 12"), int_feature_minmax.txt
+    and vocab/C1.txt ... (one value a line); DeepFM's aid_data/feat_dict_10.pkl2 (a pickled dict:
+    integer column 1..13 and categorical value -> feature id, ids < 1000); xDeepFM's preprocessed
+    lines ("label\tid1 ... id39" tab-separated, ids < 1000) in ids_train/ ids_test/."""
+    import pickle
     r = _rng("criteo")
+    pools = [["%08x" % x for x in r.randint(0, 2 ** 31, 12)] for _ in range(26)]
+    rows = {}
     for part in ("train_data", "test_data"):
         os.makedirs(os.path.join(d, part), exist_ok=True)
+        rows[part] = []
         with open(os.path.join(d, part, "part-0"), "w") as f:
             for _ in range(64):
                 dense = [str(int(x)) if r.rand() > 0.1 else "" for x in r.randint(0, 50, 13)]
-                cats = ["%08x" % x if r.rand() > 0.1 else "" for x in r.randint(0, 2 ** 31, 26)]
-                f.write("\t".join([str(int(r.rand() < 0.3))] + dense + cats) + "\n")
+                cats = [pool[r.randint(12)] if r.rand() > 0.1 else "" for pool in pools]
+                row = [str(int(r.rand() < 0.3))] + dense + cats
+                rows[part].append(row)
+                f.write("\t".join(row) + "\n")
+    os.makedirs(os.path.join(d, "vocab"), exist_ok=True)
+    with open(os.path.join(d, "cat_feature_num.txt"), "w") as f:
+        for i, pool in enumerate(pools):
+            f.write(f"C{i + 1} {len(pool)}\n")
+            with open(os.path.join(d, "vocab", f"C{i + 1}.txt"), "w") as v:
+                v.write("\n".join(pool) + "\n")
+    with open(os.path.join(d, "int_feature_minmax.txt"), "w") as f:
+        f.write("".join(f"I{i + 1} 0 49\n" for i in range(13)))
+    feat_dict = {i: i for i in range(1, 14)}
+    for pool in pools:
+        for value in pool:
+            feat_dict.setdefault(value, len(feat_dict) + 1)
+    os.makedirs(os.path.join(d, "aid_data"), exist_ok=True)
+    with open(os.path.join(d, "aid_data", "feat_dict_10.pkl2"), "wb") as f:
+        pickle.dump(feat_dict, f, protocol=2)
+    for part, out in (("train_data", "ids_train"), ("test_data", "ids_test")):
+        os.makedirs(os.path.join(d, out), exist_ok=True)
+        with open(os.path.join(d, out, "part-0"), "w") as f:
+            for row in rows[part]:
+                ids = [str(feat_dict.get(x, 0)) for x in row[14:]] + [str(i + 1) for i in range(13)]
+                f.write("\t".join([row[0]] + ids) + "\n")
+
+
+def data_esmm(d: str) -> None:
+    """ESMM (Ali-CCP sample skeleton): train_data/traindata.csv and test_data/testdata.csv lines
+    "sample_id,click,buy,common_feature_index,field:feature_id,..." (ids < 1000; fields of the
+    model's 23 and a few it ignores)."""
+    r = _rng("esmm")
+    fields = ['101', '109_14', '110_14', '127_14', '150_14', '121', '122', '124', '125', '126', '127', '128',
+              '129', '205', '206', '207', '210', '216', '508', '509', '702', '853', '301', '999']
+    for part, name in (("train_data", "traindata.csv"), ("test_data", "testdata.csv")):
+        os.makedirs(os.path.join(d, part), exist_ok=True)
+        with open(os.path.join(d, part, name), "w") as f:
+            for i in range(48):
+                click = int(r.rand() < 0.4)
+                buy = int(click and r.rand() < 0.5)
+                feats = [f"{fields[j]}:{int(r.randint(1, 1000))}" for j in r.randint(0, len(fields), 30)]
+                f.write(f"{i},{click},{buy},c{i}," + ",".join(feats) + "\n")
+
+
+def data_wide_deep(d: str) -> None:
+    """Wide & deep (census adult, prepared): train_data.csv / test_data.csv with a header line,
+    8 wide + 58 deep float features and the 0/1 label, comma-separated."""
+    r = _rng("wide_deep")
+    for part in ("train_data", "test_data"):
+        with open(os.path.join(d, f"{part}.csv"), "w") as f:
+            f.write(",".join([f"w{i}" for i in range(8)] + [f"d{i}" for i in range(58)] + ["label"]) + "\n")
+            for _ in range(48):
+                x = r.rand(66).round(4)
+                f.write(",".join(map(str, x)) + f",{float(x[0] > 0.5)}\n")
+
+
+def data_din(d: str) -> None:
+    """DIN (Amazon Electronics, prepared): config.txt (user, item, category counts, one a line) and
+    paddle_train.txt / paddle_test.txt lines "hist items;hist categories;target item;target category;label"."""
+    r = _rng("din")
+    items, cats = 60, 8
+    with open(os.path.join(d, "config.txt"), "w") as f:
+        f.write(f"30\n{items}\n{cats}\n")
+    for part in ("train", "test"):
+        with open(os.path.join(d, f"paddle_{part}.txt"), "w") as f:
+            for _ in range(48):
+                n = int(r.randint(1, 8))
+                hist = r.randint(1, items, n)
+                target = int(r.randint(1, items))
+                f.write(" ".join(map(str, hist)) + ";" + " ".join(str(i % cats) for i in hist) +
+                        f";{target};{target % cats};{int(r.rand() < 0.5)}\n")
+
+
+def data_ncf(d: str) -> None:
+    """NCF (MovieLens-1M, prepared): ml-1m.test.rating ("user\titem\trating\ttime"),
+    ml-1m.test.negative ("(user,item)\tneg1\t..."), train_data.csv ("user,item,label"); 60 users, 100 items."""
+    r = _rng("ncf")
+    with open(os.path.join(d, "ml-1m.test.rating"), "w") as fr, \
+            open(os.path.join(d, "ml-1m.test.negative"), "w") as fn:
+        for u in range(60):
+            i = int(r.randint(100))
+            fr.write(f"{u}\t{i}\t5\t978824291\n")
+            fn.write(f"({u},{i})\t" + "\t".join(str(int(j)) for j in r.randint(0, 100, 20)) + "\n")
+    with open(os.path.join(d, "train_data.csv"), "w") as f:
+        for _ in range(80):
+            f.write(f"{int(r.randint(60))},{int(r.randint(100))},{int(r.rand() < 0.2)}\n")
+
+
+def data_gnn(d: str) -> None:
+    """Session GNN (diginetica, prepared): diginetica/config.txt (the item count) and
+    diginetica/train.txt / test.txt, each a pickled pair (sessions: lists of item ids 1..49,
+    targets: item ids 1..50), as the model's preprocessing writes them."""
+    import pickle
+    r = _rng("gnn")
+    os.makedirs(os.path.join(d, "diginetica"), exist_ok=True)
+    with open(os.path.join(d, "diginetica", "config.txt"), "w") as f:
+        f.write("50\n")
+    for part in ("train", "test"):
+        seqs = [[int(x) for x in r.randint(1, 50, int(r.randint(1, 6)))] for _ in range(40)]
+        targets = [int(x) for x in r.randint(1, 51, 40)]
+        with open(os.path.join(d, "diginetica", f"{part}.txt"), "wb") as f:
+            pickle.dump((seqs, targets), f, protocol=2)
+
+
+def data_mmoe(d: str) -> None:
+    """MMoE (census income, prepared): train_data/train_data.csv and test_data/test_data.csv with a
+    header, "marital_stat,income_50k," then 20 float features."""
+    r = _rng("mmoe")
+    for part in ("train_data", "test_data"):
+        os.makedirs(os.path.join(d, part), exist_ok=True)
+        with open(os.path.join(d, part, f"{part}.csv"), "w") as f:
+            f.write("marital_stat,income_50k," + ",".join(f"f{i}" for i in range(20)) + "\n")
+            for _ in range(40):
+                f.write(f"{int(r.rand() < 0.5)},{int(r.rand() < 0.3)}," + ",".join(map(str, r.rand(20).round(4))) + "\n")
 
 
 def data_text_cls(d: str) -> None:
@@ -498,7 +619,8 @@ def data_dam(d: str) -> None:
         f.write(_pickle_dicts([part(24, 2), part(20, 10), part(20, 10)]))
 
 
-DATA = {"mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo,
+DATA = {"mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
+        "wide_deep": data_wide_deep, "din": data_din, "ncf": data_ncf, "gnn": data_gnn, "mmoe": data_mmoe,
         "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr,
         "simnet": data_simnet, "ner": data_ner, "dam": data_dam}
 
@@ -662,26 +784,36 @@ SCRIPTS += [
                "--config_path", "./config/bow_pairwise.json", "--vocab_path", "{data}/vocab.txt",
                "--train_data_dir", "{data}/train_pairwise.tsv", "--output_dir", "{data}/out", "--save_steps", "1000",
                "--validation_steps", "1000", "--skip_steps", "1", "--init_checkpoint", ""], data="simnet"),
+    # ctr_dnn's distributed path (--is_cloud 1) on fluidjax's local fleet: one trainer, its
+    # environment as Fluid's local_cluster.sh sets it (the server endpoint is listed, none runs);
+    # --sparse_feature_dim stays 1000001: its dataset_generator.py hashes ids into that range
     dict(name="ctr_dnn", target="CTR (DNN)", path=f"{R18REC}/ctr/dnn/train.py",
          args=["--train_files_path", "{data}/train_data", "--test_files_path", "{data}/test_data",
-               "--model_path", "{data}/out", "--batch_size", "16", "--epochs", "1", "--sparse_feature_dim", "1001",
-               "--cpu_num", "1"], data="criteo"),
+               "--model_path", "{data}/out", "--batch_size", "16", "--epochs", "1",
+               "--cpu_num", "1", "--is_cloud", "1", "--save_model", "1"], data="criteo",
+         env={"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": "1", "PADDLE_TRAINER_ID": "0",
+              "PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:36011"}),
     dict(name="ctr_deepfm", target="CTR (DeepFM)", path=f"{R18REC}/ctr/deepfm/local_train.py",
          args=["--train_data_dir", "{data}/train_data", "--test_data_dir", "{data}/test_data",
                "--model_output_dir", "{data}/out", "--batch_size", "16", "--num_epoch", "1", "--num_thread", "1",
-               "--num_feat", "1001"], data="criteo"),
+               "--num_feat", "1001", "--feat_dict", "{data}/aid_data/feat_dict_10.pkl2"], data="criteo"),
     dict(name="ctr_dcn", target="CTR (DCN)", path=f"{R18REC}/ctr/dcn/local_train.py",
+         # --steps: batches of the 41M-line Criteo day; 2562500 x 16 = one pass over the synthetic lines
          args=["--train_data_dir", "{data}/train_data", "--test_valid_data_dir", "{data}/test_data",
-               "--model_output_dir", "{data}/out", "--batch_size", "16", "--steps", "3", "--num_thread", "1",
-               "--print_steps", "1"], data="criteo"),
+               "--model_output_dir", "{data}/out", "--batch_size", "16", "--steps", "2562500", "--num_thread", "1",
+               "--print_steps", "1", "--vocab_dir", "{data}/vocab", "--cat_feat_num", "{data}/cat_feature_num.txt",
+               "--dnn_hidden_units", "32", "32"], data="criteo"),
     dict(name="ctr_xdeepfm", target="CTR (xDeepFM)", path=f"{R18REC}/ctr/xdeepfm/local_train.py",
-         args=["--train_data_dir", "{data}/train_data", "--test_data_dir", "{data}/test_data",
+         args=["--train_data_dir", "{data}/ids_train", "--test_data_dir", "{data}/ids_test",
                "--model_output_dir", "{data}/out", "--batch_size", "16", "--num_epoch", "1", "--num_thread", "1",
-               "--num_feat", "1001", "--print_steps", "1"], data="criteo"),
+               "--num_feat", "1001", "--print_steps", "1", "--use_gpu", "0"], data="criteo"),
     dict(name="ctr_wide_deep", target="CTR (wide&deep)", path=f"{R18REC}/ctr/wide_deep/train.py",
-         args=["--epochs", "1", "--batch_size", "16", "--use_gpu", "0"]),
+         args=["--epochs", "1", "--batch_size", "16", "--use_gpu", "0", "--train_data_path",
+               "{data}/train_data.csv", "--test_data_path", "{data}/test_data.csv", "--model_dir", "{data}/out"],
+         data="wide_deep"),
     dict(name="din", target="CTR (DIN)", path=f"{R18REC}/ctr/din/train.py",
-         args=["--batch_size", "8", "--epoch_num", "1", "--use_cuda", "0", "--batch_num", "3"]),
+         args=["--batch_size", "8", "--epoch_num", "1", "--use_cuda", "0", "--config_path", "{data}/config.txt",
+               "--train_dir", "{data}/paddle_train.txt", "--model_dir", "{data}/out"], data="din"),
     dict(name="gru4rec", target="GRU4Rec", path=f"{R18REC}/gru4rec/train.py",
          args=["--train_dir", "train_data", "--vocab_path", "vocab.txt", "--batch_size", "5", "--pass_num", "1",
                "--model_dir", "{data}/out", "--print_batch", "1", "--hid_size", "16", "--step_num", "3"]),
@@ -702,18 +834,27 @@ SCRIPTS += [
     dict(name="word2vec", target="word2vec", path=f"{R18REC}/word2vec/train.py",
          args=["--train_data_dir", "{data}/text", "--dict_path", "{data}/dict", "--batch_size", "16",
                "--num_passes", "1", "--embedding_size", "16", "--print_batch", "1",
-               "--model_output_dir", "{data}/out"], data="word2vec"),
+               "--model_output_dir", "{data}/out"], data="word2vec", env={"CPU_NUM": "1"}),
     dict(name="rec_text_classification", target="text classification", path=f"{R18REC}/text_classification/train.py",
          args=[]),
-    dict(name="ncf", target="CTR (NCF)", path=f"{R18REC}/ncf/train.py", args=["--epochs", "1", "--batch_size", "8"]),
+    dict(name="ncf", target="CTR (NCF)", path=f"{R18REC}/ncf/train.py",
+         args=["--epochs", "1", "--batch_size", "8", "--NeuMF", "1", "--num_users", "60", "--num_items", "100",
+               "--path", "{data}/", "--dataset", "ml-1m", "--train_data_path", "{data}/train_data.csv",
+               "--model_dir", "{data}/out"], data="ncf"),
     dict(name="youtube_dnn", target="recall (YouTube DNN)", path=f"{R18REC}/youtube_dnn/train.py",
          args=["--epochs", "1", "--batch_size", "8", "--use_gpu", "0"]),
     dict(name="esmm", target="multi-task (ESMM)", path=f"{R18REC}/multi_task/esmm/train.py",
-         args=["--epochs", "1", "--batch_size", "8", "--use_gpu", "0"]),
+         args=["--epochs", "1", "--batch_size", "8", "--use_gpu", "0", "--cpu_num", "1",
+               "--train_data_path", "{data}/train_data", "--test_data_path", "{data}/test_data",
+               "--model_dir", "{data}/out"], data="esmm"),
     dict(name="mmoe", target="multi-task (MMoE)", path=f"{R18REC}/multi_task/mmoe/mmoe_train.py",
-         args=["--epochs", "1", "--batch_size", "8", "--use_gpu", "False"]),
+         args=["--epochs", "1", "--batch_size", "8", "--use_gpu", "0", "--feature_size", "20",
+               "--train_data_path", "{data}/train_data", "--test_data_path", "{data}/test_data",
+               "--model_dir", "{data}/out"], data="mmoe"),
     dict(name="gnn", target="session GNN", path=f"{R18REC}/gnn/train.py",
-         args=["--epoch_num", "1", "--batch_size", "8", "--use_cuda", "0"]),
+         args=["--epoch_num", "1", "--batch_size", "8", "--use_cuda", "0", "--use_parallel", "0",
+               "--hidden_size", "16", "--train_path", "{data}/diginetica/train.txt",
+               "--config_path", "{data}/diginetica/config.txt", "--model_path", "{data}/out"], data="gnn"),
     # DQN: gym and atari_py are the shim's synthetic game; the training loop is endless in the text
     # (while True), so the run ends at its timeout; MEMORY_SIZE (warm-up = MEMORY_SIZE // 20) is
     # rewritten at compile time (book_scripts' overrides; the file is unchanged).

@@ -16,6 +16,7 @@ import dataclasses
 import secrets
 import sys
 import threading
+import time
 import weakref
 from functools import partial
 from typing import Any, Mapping, Sequence
@@ -27,7 +28,7 @@ import numpy as np
 from ..ir import dtypes, feed_sources, registry
 from ..ir.errors import (FeedError, NumericCheckError, OpRuntimeError, UninitializedVariableError,
                          UnregisteredOpError)
-from ..ir.errors import LoopBoundError, ReentrantRunError, ResourceExhaustedError
+from ..ir.errors import LoopBoundError, NotOfferedError, ReentrantRunError, ResourceExhaustedError
 from ..ir.program import Program, default_main_program
 from ..ir.variable import Variable
 from . import effects, flags, host_init, interrupt, memory
@@ -271,6 +272,57 @@ class Executor:
             if on_device:
                 raise self._failed_on_device(plan, scope, exc) from exc
             raise
+
+    def train_from_dataset(self, program: Program | None = None, dataset=None, scope: Scope | None = None,
+                           thread: int = 0, debug: bool = False, fetch_list: Sequence[Variable | str] | None = None,
+                           fetch_info: Sequence[str] | None = None, print_period: int = 100,
+                           fetch_handler=None) -> None:
+        """Fluid's ``exe.train_from_dataset``: run ``program`` once per batch of ``dataset`` (a
+        ``fluid.DatasetFactory`` dataset, ``frontend/dataset.py``), in file order, each batch a
+        :meth:`run` (a transaction of its own). Every ``print_period`` batches it prints the
+        ``fetch_list`` values after their ``fetch_info`` labels, as Fluid's device worker prints
+        (``time: [...], batch: [n], label: [values]``). Returns None, as Fluid.
+
+        Fluid's C++ trainer runs ``thread`` Hogwild workers over the files; here one worker reads
+        them in order (what Fluid gives with one thread), so ``thread`` and ``debug`` change
+        nothing. ``fetch_handler`` (Fluid's timed scope monitor) is not offered."""
+        self._run_from_dataset(program, dataset, scope, fetch_list, fetch_info, print_period, fetch_handler,
+                               "train_from_dataset")
+
+    def infer_from_dataset(self, program: Program | None = None, dataset=None, scope: Scope | None = None,
+                           thread: int = 0, debug: bool = False, fetch_list: Sequence[Variable | str] | None = None,
+                           fetch_info: Sequence[str] | None = None, print_period: int = 100,
+                           fetch_handler=None) -> None:
+        """Fluid's ``exe.infer_from_dataset``: as :meth:`train_from_dataset`. As in Fluid's local
+        trainer, the program runs as given (only distributed training's gradient pushes differ):
+        pass a ``clone(for_test=True)`` program to leave the parameters as they are."""
+        self._run_from_dataset(program, dataset, scope, fetch_list, fetch_info, print_period, fetch_handler,
+                               "infer_from_dataset")
+
+    def _run_from_dataset(self, program, dataset, scope, fetch_list, fetch_info, print_period, fetch_handler,
+                          what: str) -> None:
+        if dataset is None:
+            raise RuntimeError(f"{what}: dataset is needed and should be initialized "
+                               "(fluid.DatasetFactory().create_dataset(...))")
+        batches = getattr(dataset, "_feeds", None)
+        if batches is None:
+            raise TypeError(f"{what}: dataset must be a fluid.DatasetFactory dataset (QueueDataset / "
+                            f"InMemoryDataset), got {type(dataset).__name__}")
+        if fetch_handler is not None:
+            raise NotOfferedError(f"{what}: fetch_handler (Fluid's timed scope monitor) is not offered by fluidjax; "
+                                  "pass fetch_list / fetch_info / print_period")
+        fetch_list = list(fetch_list or [])
+        names = [v if isinstance(v, str) else v.name for v in fetch_list]
+        labels = list(fetch_info) if fetch_info is not None else names
+        if len(labels) != len(names):
+            raise ValueError(f"{what}: fetch_info has {len(labels)} entries for {len(names)} fetch_list entries")
+        period = max(1, int(print_period))
+        for number, feed in enumerate(batches(), 1):
+            values = self.run(program, feed=feed, fetch_list=fetch_list or None, scope=scope)
+            if names and number % period == 0:
+                parts = [f"{label}: {np.asarray(v).ravel().tolist()}" for label, v in zip(labels, values)]
+                print(f"time: [{time.strftime('%Y-%m-%d %H:%M:%S')}], batch: [{number}], " + ", ".join(parts),
+                      flush=True)
 
     def _execute(self, program: Program, scope: Scope, plan: _Plan, args: tuple, careful: bool = False,
                  outs: Any = None):

@@ -159,3 +159,22 @@ def test_grouped_conv2d_gradients_equal_paddles(stride, padding, dilation, fmt):
     ours, theirs = _run_both(main, startup, feed, [y, gx, gw])
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("groups,stride,padding", [(8, 2, 1), (2, 2, 0), (4, 1, 2)])
+def test_grouped_conv2d_transpose_gradients_equal_paddles(groups, stride, padding):
+    """pyramidbox's upsampling: conv2d_transpose with groups (= channels there); filter gradient tap
+    by tap on the zero-dilated input, against Paddle 2.6.2."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[8, 5, 6], dtype="float32")
+        x.stop_gradient = False
+        y = fluid.layers.conv2d_transpose(x, num_filters=8, filter_size=4, stride=stride, padding=padding,
+                                          groups=groups, bias_attr=False)
+        loss = fluid.layers.reduce_sum(y * y)
+        w = main.global_block().all_parameters()[0]
+        gx, gw = fluid.backward.gradients([loss], [x, w])
+    feed = {"x": np.random.RandomState(4).randn(2, 8, 5, 6).astype("float32")}
+    ours, theirs = _run_both(main, startup, feed, [y, gx, gw])
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)

@@ -34,6 +34,7 @@ from ...ir import unique_name, variable as _ir_variable
 from ...ir.errors import NotOfferedError
 from ...lowering import executor as _lowering_executor
 from ...lowering import lod_tensor, parallel, places
+from .. import data_generator, dataset, fleet
 from .. import (amp, clip, data_feeder, data_layers, data_loader, fluid_helpers, framework as _frontend_framework,
                 initializer, input_layers, layer_helper, layers, memory_optimization, metrics, nets,
                 optimizer, param_attr, reader as _reader, regularizer, tensor_layers)
@@ -45,11 +46,12 @@ __all__ = ["ROUTES", "install", "not_offered", "root_attribute", "NOT_OFFERED_RE
 
 _DYGRAPH = ("dygraph (eager mode) is not offered: fluidjax runs Fluid's static graph (programs lowered to "
             "jax.jit). Build the model with fluid.layers inside a Program, or use JAX directly for eager code")
-_PSERVER = ("the parameter-server transpiler and fleet are not offered: fluidjax runs data-parallel and "
-            "sharded training through XLA (fluid.CompiledProgram(main).with_data_parallel(...), "
-            "fluidjax.distributed; docs/scaling.md)")
-_CPP_RUNTIME = ("Paddle's C++ datasets, trainers and device workers (exe.train_from_dataset) are not offered: "
-                "feed batches with fluid.io.DataLoader / PyReader or exe.run(feed=...)")
+_PSERVER = ("the parameter-server transpiler and PSLib are not offered (the transpiler fleet is one local trainer: "
+            "frontend/fleet.py): fluidjax runs data-parallel and sharded training through XLA "
+            "(fluid.CompiledProgram(main).with_data_parallel(...), fluidjax.distributed; docs/scaling.md)")
+_CPP_RUNTIME = ("Paddle's C++ trainers, device workers and data-feed descriptions are not offered: "
+                "fluid.DatasetFactory's QueueDataset / InMemoryDataset run on the host through "
+                "exe.train_from_dataset (frontend/dataset.py); or feed batches with fluid.io.DataLoader")
 _CONTRIB = ("of fluid.contrib, fluidjax offers mixed_precision (fluid.contrib.mixed_precision.decorate; "
             "fluidjax.amp) and memory_usage; the other contributed modules (slim, quantization, the contrib "
             "layers and decoder, extend_optimizer, ...) are not offered")
@@ -100,12 +102,17 @@ ROUTES: dict[str, tuple[tuple, dict, str]] = {
     "contrib.memory_usage_calc": ((fluid_helpers,), {}, _CONTRIB),
     "dygraph": ((), {"enabled": _frontend_framework.in_dygraph_mode, "no_grad": fluid_helpers.no_grad}, _DYGRAPH),
     "dygraph_utils": ((), {}, _DYGRAPH),
-    "transpiler": ((memory_optimization,), {}, _PSERVER),
+    "transpiler": ((memory_optimization,), {"DistributeTranspilerConfig": fleet.DistributeTranspilerConfig}, _PSERVER),
     "incubate": ((), {}, _PSERVER),
+    "incubate.data_generator": ((data_generator,), {}, _PSERVER),
+    "incubate.fleet.base.role_maker": ((fleet,), {}, _PSERVER),
+    "incubate.fleet.base.fleet_base": ((fleet,), {"Fleet": fleet.Fleet}, _PSERVER),
+    "incubate.fleet.base.mode": ((fleet,), {}, _PSERVER),
+    "incubate.fleet.parameter_server.distribute_transpiler": ((fleet,), {}, _PSERVER),
     "distributed": ((), {}, _PSERVER),
     "communicator": ((), {}, _PSERVER),
     "distribute_lookup_table": ((), {}, _PSERVER),
-    "dataset": ((), {}, _CPP_RUNTIME),
+    "dataset": ((dataset,), {}, _CPP_RUNTIME),
     "data_feed_desc": ((), {}, _CPP_RUNTIME),
     "device_worker": ((), {}, _CPP_RUNTIME),
     "trainer_desc": ((), {}, _CPP_RUNTIME),

@@ -1,0 +1,312 @@
+"""Issue 28, the recommendation / RL group of the corpus: the mechanisms their scripts needed.
+
+- ``fluid.DatasetFactory`` datasets and ``exe.train_from_dataset`` (frontend/dataset.py,
+  lowering/executor.py): MultiSlot lines parsed into feeds (checked against a hand-computed feed)
+  and a training run checked against Paddle 2.6.2's own C++ QueueDataset on the same program bytes;
+- ``fluid.incubate.data_generator`` (frontend/data_generator.py) against Paddle 2.6.2's generator;
+- the local transpiler ``fleet`` (frontend/fleet.py);
+- DataFeeder's numeric strings (Fluid's np.array(..., dtype) parse) against Paddle's DataFeeder;
+- optimizer accumulator names (the DQN scripts' pairing) against Paddle 2.6.2.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fluidjax as fluid
+from fluidjax.frontend import data_generator as dg
+from fluidjax.frontend.dataset import parse_multislot_line
+
+import paddle_oracle as po  # noqa: E402  (after fluidjax: jax before paddle)
+import paddle  # noqa: E402
+
+# five samples: dense x (3 floats), ids (a sequence), label (1 float)
+LINES = ["3 0.1 0.2 0.3 2 4 7 1 1.0", "3 1.0 0.0 -1.0 1 3 1 0.0", "3 0.5 0.5 0.5 3 1 2 9 1 0.5",
+         "3 -0.2 0.4 0.0 1 8 1 -1.0", "3 0.3 0.3 0.1 2 0 5 1 2.0"]
+
+
+def _program():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[-1, 3], dtype="float32")
+        ids = fluid.data(name="ids", shape=[-1, 1], dtype="int64", lod_level=1)
+        label = fluid.data(name="label", shape=[-1, 1], dtype="float32")
+        emb = fluid.layers.embedding(ids, size=[10, 4])
+        pooled = fluid.layers.sequence_pool(emb, "sum")
+        pred = fluid.layers.fc(fluid.layers.concat([x, pooled], axis=1), size=1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, label))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, startup, [x, ids, label], loss
+
+
+def _write(tmp_path, lines=LINES):
+    path = tmp_path / "part-0"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _dataset(variables, files, kind="QueueDataset", batch=2, pipe="cat"):
+    ds = fluid.DatasetFactory().create_dataset(kind)
+    ds.set_use_var(variables)
+    ds.set_batch_size(batch)
+    ds.set_thread(1)
+    ds.set_pipe_command(pipe)
+    ds.set_filelist(files)
+    return ds
+
+
+def test_dataset_feeds_equal_a_hand_computed_feed(tmp_path):
+    main, startup, variables, _ = _program()
+    feeds = list(_dataset(variables, [_write(tmp_path)])._feeds())
+    assert len(feeds) == 3                                          # 2 + 2 + 1 samples
+    first = feeds[0]
+    np.testing.assert_array_equal(first["x"], np.array([[0.1, 0.2, 0.3], [1.0, 0.0, -1.0]], "float32"))
+    assert first["x"].dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(first["ids"]), np.array([[4], [7], [3]], "int64"))
+    assert first["ids"].recursive_sequence_lengths() == [[2, 1]]
+    np.testing.assert_array_equal(first["label"], np.array([[1.0], [0.0]], "float32"))
+    last = feeds[2]
+    np.testing.assert_array_equal(np.asarray(last["ids"]), np.array([[0], [5]], "int64"))
+    assert last["ids"].recursive_sequence_lengths() == [[2]]
+    assert last["x"].shape == (1, 3)
+
+
+@pytest.mark.parametrize("line, match", [
+    ("3 0.1 0.2 0.3 0 1 1.0", "at least one"),
+    ("3 0.1 0.2 0.3 1 4 3 1.0", "announces"),
+    ("3 0.1 0.2 0.3 2 4 5", "ends before"),
+    ("3 0.1 0.2 0.3 1 4 1 1.0 7", "after the last"),
+    ("3 0.1 0.2 0.3 1 x 1 1.0", "not a"),
+    ("2 0.1 0.2 1 4 1 1.0", "do not fill"),
+])
+def test_dataset_bad_lines_are_feed_errors(tmp_path, line, match):
+    main, startup, variables, _ = _program()
+    ds = _dataset(variables, [_write(tmp_path, [line])])
+    with pytest.raises(fluid.FeedError, match=match):
+        list(ds._feeds())
+
+
+def test_dataset_refuses_other_dtypes():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        v = fluid.data(name="v", shape=[-1, 1], dtype="int32")
+    with pytest.raises(fluid.FeedError, match="float32 and int64"):
+        fluid.DatasetFactory().create_dataset().set_use_var([v])
+
+
+def _paddle_train_from_dataset(program_bytes, startup_params, files, names, batch, monkeypatch):
+    # Paddle's trainer_desc does "from proto import trainer_desc_pb2" (its own folder on sys.path),
+    # which fluidjax's proto package (the repository root is on sys.path) would answer
+    import paddle.base.proto as paddle_proto
+    monkeypatch.setitem(sys.modules, "proto", paddle_proto)
+    prog = po.parse(program_bytes)
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        for name, value in startup_params.items():
+            scope.var(name).get_tensor().set(np.ascontiguousarray(value), paddle.CPUPlace())
+        ds = paddle.distributed.QueueDataset()
+        ds.init(batch_size=batch, thread_num=1, pipe_command="cat",
+                use_var=[prog.global_block().var(n) for n in names])
+        ds.set_filelist(files)
+        exe.train_from_dataset(program=prog, dataset=ds)
+        return po.scope_values(scope, startup_params)
+
+
+def test_train_from_dataset_equals_paddle_queue_dataset(tmp_path, monkeypatch):
+    main, startup, variables, loss = _program()
+    files = [_write(tmp_path)]
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        params = {v.name: np.array(scope.find_var(v.name).get_tensor()) for v in main.list_vars()
+                  if v.persistable and scope.find_var(v.name) is not None}   # parameters and learning rate
+        exe.train_from_dataset(program=main, dataset=_dataset(variables, files), fetch_list=[loss],
+                               fetch_info=["loss"], print_period=1)
+        ours = {n: np.array(scope.find_var(n).get_tensor()) for n in params}
+    theirs = _paddle_train_from_dataset(main.serialize(), params, files, ["x", "ids", "label"], 2, monkeypatch)
+    assert {p.name for p in main.all_parameters()} < set(params)
+    for name in params:
+        if name in {p.name for p in main.all_parameters()}:
+            assert not np.allclose(ours[name], params[name])        # it trained
+        np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-5, atol=1e-6)
+
+
+def test_train_from_dataset_prints_every_period(tmp_path, capsys):
+    main, startup, variables, loss = _program()
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        exe.train_from_dataset(program=main, dataset=_dataset(variables, [_write(tmp_path)]),
+                               fetch_list=[loss], fetch_info=["my loss"], print_period=2)
+    out = [ln for ln in capsys.readouterr().out.splitlines() if "my loss" in ln]
+    assert len(out) == 1 and "batch: [2]" in out[0]                 # batches 1..3, printed at 2
+    with pytest.raises(ValueError, match="fetch_info"):
+        exe.train_from_dataset(program=main, dataset=_dataset(variables, [_write(tmp_path)]),
+                               fetch_list=[loss], fetch_info=["a", "b"])
+
+
+def test_in_memory_dataset_trains_on_what_is_loaded(tmp_path):
+    main, startup, variables, loss = _program()
+    path = _write(tmp_path)
+    ds = _dataset(variables, [path], kind="InMemoryDataset", batch=5)
+    ds.load_into_memory()
+    assert ds.get_memory_data_size() == 5
+    random.seed(3)
+    ds.local_shuffle()
+    (feed,) = list(ds._feeds())
+    rows = sorted(map(tuple, np.asarray(feed["x"]).tolist()))
+    expected = sorted(tuple(parse_multislot_line(ln, ds._slots)[0]) for ln in LINES)
+    np.testing.assert_allclose(rows, expected, rtol=1e-6)           # every sample once
+    order = [parse_multislot_line(ln, ds._slots)[0] for ln in LINES]
+    assert np.asarray(feed["x"]).tolist() != np.asarray(order, "float32").tolist()
+    ds.release_memory()
+    with pytest.warns(UserWarning, match="load_into_memory"):
+        assert list(ds._feeds()) == []
+    with pytest.raises(NotImplementedError, match="InMemoryDataset"):
+        _dataset(variables, [path]).local_shuffle()
+
+
+GENERATOR = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {root!r})
+    from {module} import MultiSlotDataGenerator
+
+    class Gen(MultiSlotDataGenerator):
+        def generate_sample(self, line):
+            def it():
+                a, b, c = line.split(",")
+                ids = [int(t) for t in b.split()]
+                yield [("x", [float(t) for t in a.split()]), ("ids", ids), ("label", [float(c)])]
+            return it
+
+    Gen().run_from_stdin()
+''')
+
+
+def test_pipe_command_runs_a_data_generator(tmp_path):
+    main, startup, variables, _ = _program()
+    raw = tmp_path / "raw.txt"
+    raw.write_text("0.1 0.2 0.3,4 7,1\n1 0 -1,3,0\n")
+    gen = tmp_path / "gen.py"
+    root = os.path.dirname(os.path.dirname(fluid.__file__))
+    gen.write_text(GENERATOR.format(root=root, module="fluidjax.incubate.data_generator"))
+    ds = _dataset(variables, [str(raw)], pipe=f"{sys.executable} {gen}")
+    (feed,) = list(ds._feeds())
+    np.testing.assert_array_equal(feed["x"], np.array([[0.1, 0.2, 0.3], [1, 0, -1]], "float32"))
+    assert feed["ids"].recursive_sequence_lengths() == [[2, 1]]
+    ds.set_pipe_command(f"{sys.executable} -c 'import sys; sys.exit(3)'")
+    with pytest.raises(fluid.FeedError, match="exit 3"):
+        list(ds._feeds())
+
+
+def _generated(cls, samples, batch=2):
+    class Gen(cls):
+        def generate_sample(self, line):
+            def it():
+                yield samples[int(line)]
+            return it
+
+        def generate_batch(self, group):
+            def it():
+                for s in reversed(group):                          # a reworked group
+                    yield s
+            return it
+
+    gen = Gen()
+    gen.set_batch(batch)
+    out, stdin = io.StringIO(), io.StringIO("".join(f"{i}\n" for i in range(len(samples))))
+    old = sys.stdin, sys.stdout
+    sys.stdin, sys.stdout = stdin, out
+    try:
+        gen.run_from_stdin()
+    finally:
+        sys.stdin, sys.stdout = old
+    return out.getvalue()
+
+
+def test_data_generators_write_what_paddles_write():
+    from paddle.distributed import fleet as pfleet
+    samples = [[("a", [1, 2]), ("b", [0.5])], [("a", [3]), ("b", [2])], [("a", [4, 5, 6]), ("b", [1.25])]]
+    assert _generated(dg.MultiSlotDataGenerator, samples) == _generated(pfleet.MultiSlotDataGenerator, samples)
+    strings = [[("a", ["x", "y"]), ("b", "1")], [("a", ["z"]), ("b", "0")]]
+    assert (_generated(dg.MultiSlotStringDataGenerator, strings)
+            == _generated(pfleet.MultiSlotStringDataGenerator, strings))
+    with pytest.raises(fluid.FeedError, match="empty"):
+        _generated(dg.MultiSlotDataGenerator, [[("a", [])]])
+    with pytest.raises(fluid.FeedError, match="do not match"):
+        _generated(dg.MultiSlotDataGenerator, [[("a", [1])], [("c", [1])]], batch=1)
+
+
+# -- the local fleet ----------------------------------------------------------------------------
+ENV = {"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": "1", "PADDLE_TRAINER_ID": "0",
+       "PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:6000,127.0.0.1:6001"}
+
+
+def test_local_fleet_trains_as_the_plain_optimizer(monkeypatch):
+    from fluidjax.incubate.fleet.parameter_server.distribute_transpiler import fleet
+    import fluidjax.incubate.fleet.base.role_maker as role_maker
+    from fluidjax.transpiler.distribute_transpiler import DistributeTranspilerConfig
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+    fleet.init(role_maker.PaddleCloudRoleMaker())
+    assert fleet.is_worker() and not fleet.is_server() and fleet.is_first_worker()
+    assert (fleet.worker_num(), fleet.server_num(), fleet.worker_index()) == (1, 2, 0)
+    assert fleet.split_files(["a", "b", "c"]) == ["a", "b", "c"]
+
+    def build(distributed):
+        main, startup = fluid.Program(), fluid.Program()
+        main.random_seed = startup.random_seed = 5
+        with fluid.program_guard(main, startup):
+            x = fluid.data(name="x", shape=[-1, 4], dtype="float32")
+            loss = fluid.layers.mean(fluid.layers.fc(x, size=2))
+            opt = fluid.optimizer.Adam(0.1)
+            if distributed:
+                strategy = DistributeTranspilerConfig()
+                strategy.sync_mode = False
+                opt = fleet.distributed_optimizer(opt, strategy)
+            opt.minimize(loss)
+        return main, startup, loss
+
+    main, startup, loss = build(True)
+    assert fleet.main_program is main and fleet.startup_program is startup
+    plain, plain_startup, plain_loss = build(False)
+    assert [op.type for op in main.global_block().ops] == [op.type for op in plain.global_block().ops]
+    fleet.init_worker()
+    xs = np.random.RandomState(0).rand(3, 4).astype("float32")
+    results = []
+    for prog, start, l in ((fleet.main_program, fleet.startup_program, loss), (plain, plain_startup, plain_loss)):
+        with fluid.scope_guard(fluid.Scope()):
+            exe = fluid.Executor(fluid.CPUPlace())
+            exe.run(start)
+            results.append([exe.run(prog, feed={"x": xs}, fetch_list=[l])[0] for _ in range(3)])
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
+    fleet.stop_worker()
+    with pytest.raises(fluid.NotOfferedError, match="parameter server"):
+        fleet.run_server()
+
+
+def test_local_fleet_refuses_what_one_process_cannot_be(monkeypatch):
+    from fluidjax.incubate.fleet.parameter_server.distribute_transpiler import fleet
+    import fluidjax.incubate.fleet.base.role_maker as role_maker
+    for k, v in dict(ENV, PADDLE_TRAINERS_NUM="2").items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(fluid.NotOfferedError, match="2 trainers"):
+        fleet.init(role_maker.PaddleCloudRoleMaker())
+    monkeypatch.delenv("TRAINING_ROLE")
+    with pytest.raises(ValueError, match="TRAINING_ROLE"):
+        fleet.init(role_maker.PaddleCloudRoleMaker())
+    server = role_maker.UserDefinedRoleMaker(current_id=0, role=role_maker.Role.SERVER, worker_num=1,
+                                             server_endpoints=["127.0.0.1:6000"])
+    fleet.init(server)
+    assert fleet.is_server() and not fleet.is_worker()
+    with pytest.raises(fluid.NotOfferedError, match="start only the TRAINER"):
+        fleet.init_server()
