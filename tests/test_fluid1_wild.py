@@ -85,7 +85,7 @@ def test_fluid_18s_root_namespace_resolves():
     refused = {name for name in ROOT if _stand_in(getattr(fluid, name))}
     assert refused == {"ComplexVariable", "load_op_library", "cuda_pinned_places", "TrainerDesc", "MultiTrainer",
                        "DistMultiTrainer", "PipelineTrainer", "DistributeTranspiler", "HashName", "RoundRobin",
-                       "DistributeTranspilerConfig", "DataFeedDesc", "enable_dygraph", "disable_dygraph",
+                       "DataFeedDesc", "enable_dygraph", "disable_dygraph",
                        "enable_imperative", "disable_imperative", "VarBase", "LoDTensorArray"}
     assert fluid.require_version is fluid.framework.require_version and _stand_in(fluid.Linear)
     with pytest.raises(AttributeError):
