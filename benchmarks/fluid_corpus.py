@@ -624,7 +624,37 @@ def data_dam(d: str) -> None:
         f.write(_pickle_dicts([part(24, 2), part(20, 10), part(20, 10)]))
 
 
-DATA = {"mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
+def data_cityscapes_seg(d: str) -> None:
+    """Cityscapes for segmentation: leftImg8bit/train/aachen/*_leftImg8bit.png (96x192 RGB) and
+    gtFine/train/aachen/*_gtFine_labelTrainIds.png (train ids 0-18, some 255 = ignore) —
+    DeepLabv3+ finds them under --dataset_path; ICNet reads data/cityscape/train.list
+    ("image label" paths under its fixed ./data/cityscape) from the scratch folder."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("cityscapes_seg")
+    lines = []
+    for sub in ("leftImg8bit", "gtFine"):
+        for part in ("train", "val"):
+            os.makedirs(os.path.join(d, sub, part, "aachen"), exist_ok=True)
+    for part in ("train", "val"):
+        for i in range(4):
+            stem = f"aachen_{i:06d}_000019"
+            img = np.clip(r.normal(110, 50, (96, 192, 3)), 0, 255).astype("uint8")
+            label = np.repeat(np.repeat(r.randint(0, 19, (6, 12)), 16, 0), 16, 1).astype("uint8")
+            label[:8] = 255
+            image_path = f"leftImg8bit/{part}/aachen/{stem}_leftImg8bit.png"
+            label_path = f"gtFine/{part}/aachen/{stem}_gtFine_labelTrainIds.png"
+            Image.fromarray(img).save(os.path.join(d, image_path))
+            Image.fromarray(label).save(os.path.join(d, label_path))
+            if part == "train":
+                lines.append(f"../../{image_path} ../../{label_path}\n")
+    os.makedirs(os.path.join(d, "data", "cityscape"), exist_ok=True)
+    for name in ("train.list", "val.list"):
+        with open(os.path.join(d, "data", "cityscape", name), "w") as f:
+            f.write("".join(lines))
+
+
+DATA = {"cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
         "wide_deep": data_wide_deep, "din": data_din, "ncf": data_ncf, "gnn": data_gnn, "mmoe": data_mmoe,
         "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr,
         "simnet": data_simnet, "ner": data_ner, "dam": data_dam}
@@ -689,10 +719,12 @@ SCRIPTS += [
                "--data_dir", "{data}", "--dataset", "pascalvoc", "--pretrained_model", "",
                "--model_save_dir", "{data}/out"], data="voc"),
     dict(name="icnet", target="segmentation (ICNet)", path=f"{R15CV}/icnet/train.py",
-         args=["--use_gpu", "False", "--batch_size", "2", "--checkpoint_path", "{data}/out"]),
+         args=["--use_gpu", "False", "--batch_size", "2", "--checkpoint_path", "{data}/out"],
+         data="cityscapes_seg", in_data=True, overrides={"TOTAL_STEP": 3}),
     dict(name="deeplabv3p", target="segmentation (DeepLabv3+)", path=f"{R15CV}/deeplabv3+/train.py",
          args=["--use_gpu", "False", "--batch_size", "2", "--train_crop_size", "129", "--total_step", "3",
-               "--dataset_path", "{data}", "--save_weights_path", "{data}/out", "--parallel", "False"]),
+               "--dataset_path", "{data}", "--save_weights_path", "{data}/out", "--parallel", "False",
+               "--use_py_reader", "False", "--num_workers", "1"], data="cityscapes_seg"),
     dict(name="face_pyramidbox", target="detection (face)", path=f"{R18CV}/face_detection/train.py",
          args=["--use_gpu", "False", "--batch_size", "2", "--epoc_num", "1", "--parallel", "False",
                "--data_dir", "{data}", "--resize_h", "160", "--resize_w", "160", "--pretrained_model", "",
