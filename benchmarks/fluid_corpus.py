@@ -654,7 +654,29 @@ def data_cityscapes_seg(d: str) -> None:
             f.write("".join(lines))
 
 
-DATA = {"cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
+def data_mpii(d: str) -> None:
+    """MPII human pose (human_pose_estimation, cfg.DATAROOT data/mpii relative to the scratch folder):
+    annot/train.json and valid.json (image, center, scale, 16 joints, joints_vis) and images/ JPEGs."""
+    import numpy as np
+    from PIL import Image
+    r = _rng("mpii")
+    root = os.path.join(d, "data", "mpii")
+    os.makedirs(os.path.join(root, "images"), exist_ok=True)
+    os.makedirs(os.path.join(root, "annot"), exist_ok=True)
+    anno = []
+    for i in range(8):
+        name = f"{i + 1:09d}.jpg"
+        Image.fromarray(np.clip(r.normal(120, 40, (160, 200, 3)), 0, 255).astype("uint8")).save(
+            os.path.join(root, "images", name))
+        joints = np.stack([r.uniform(60, 140, 16), r.uniform(40, 120, 16)], 1).round(1)
+        anno.append({"image": name, "center": [100.0, 80.0], "scale": 0.6, "joints": joints.tolist(),
+                     "joints_vis": [1] * 16})
+    for part in ("train", "valid"):
+        with open(os.path.join(root, "annot", f"{part}.json"), "w") as f:
+            json.dump(anno, f)
+
+
+DATA = {"mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
         "wide_deep": data_wide_deep, "din": data_din, "ncf": data_ncf, "gnn": data_gnn, "mmoe": data_mmoe,
         "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr,
         "simnet": data_simnet, "ner": data_ner, "dam": data_dam}
@@ -730,7 +752,9 @@ SCRIPTS += [
                "--data_dir", "{data}", "--resize_h", "160", "--resize_w", "160", "--pretrained_model", "",
                "--use_multiprocess", "False", "--model_save_dir", "{data}/out"], data="wider"),
     dict(name="pose_simplebase", target="pose estimation", path=f"{R18CV}/human_pose_estimation/train.py",
-         args=["--use_gpu", "False", "--batch_size", "2", "--num_epochs", "1", "--dataset", "mpii"]),
+         args=["--use_gpu", "False", "--batch_size", "2", "--num_epochs", "1", "--dataset", "mpii",
+               "--pretrained_model", "", "--total_images", "8", "--model_save_dir", "{data}/out"],
+         data="mpii", in_data=True),
 ]
 VIDEO = ["TSN", "TSM", "AttentionLSTM", "AttentionCluster", "NEXTVLAD", "STNET", "NONLOCAL", "CTCN", "BMN"]
 SCRIPTS += [dict(name="video_" + m.lower(), target="video", path=f"{R18CV}/video/train.py",
