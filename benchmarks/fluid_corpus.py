@@ -676,7 +676,27 @@ def data_mpii(d: str) -> None:
             json.dump(anno, f)
 
 
-DATA = {"mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
+def data_bmn(d: str) -> None:
+    """ActivityNet features for BMN (PaddleCV/video, paths of configs/bmn.yaml under the scratch
+    folder): data/dataset/bmn/fix_feat_100/<video>.npy ([100, 400] float32 per video) and
+    activitynet_1.3_annotations.json (subset, duration_second, segments), 4 training videos and 2
+    validation ones."""
+    import numpy as np
+    r = _rng("bmn")
+    root = os.path.join(d, "data", "dataset", "bmn")
+    os.makedirs(os.path.join(root, "fix_feat_100"), exist_ok=True)
+    anno = {}
+    for i in range(6):
+        name = f"v_{i:04d}"
+        np.save(os.path.join(root, "fix_feat_100", name + ".npy"), r.rand(100, 400).astype("float32"))
+        start = float(r.uniform(0, 5))
+        anno[name] = {"subset": "training" if i < 4 else "validation", "duration_second": 10.0,
+                      "annotations": [{"segment": [start, start + float(r.uniform(1, 4))], "label": "x"}]}
+    with open(os.path.join(root, "activitynet_1.3_annotations.json"), "w") as f:
+        json.dump(anno, f)
+
+
+DATA = {"bmn": data_bmn, "mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
         "wide_deep": data_wide_deep, "din": data_din, "ncf": data_ncf, "gnn": data_gnn, "mmoe": data_mmoe,
         "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr,
         "simnet": data_simnet, "ner": data_ner, "dam": data_dam}
@@ -760,7 +780,8 @@ VIDEO = ["TSN", "TSM", "AttentionLSTM", "AttentionCluster", "NEXTVLAD", "STNET",
 SCRIPTS += [dict(name="video_" + m.lower(), target="video", path=f"{R18CV}/video/train.py",
                  args=["--model_name", m, "--config", f"configs/{m.lower()}.yaml", "--use_gpu", "False",
                        "--batch_size", "2", "--epoch", "1", "--log_interval", "1", "--valid_interval", "100",
-                       "--save_dir", "{data}/out"]) for m in VIDEO]
+                       "--save_dir", "{data}/out"],
+                 **(dict(data="bmn", in_data=True) if m == "BMN" else {})) for m in VIDEO]
 GAN = ["CGAN", "DCGAN", "CycleGAN", "Pix2pix", "StarGAN", "AttGAN", "STGAN", "SPADE"]
 SCRIPTS += [dict(name="gan_" + m.lower(), target="GAN", path=f"{R18CV}/gan/train.py",
                  args=["--model_net", m, "--dataset", {"CGAN": "mnist", "DCGAN": "mnist", "StarGAN": "celeba",
