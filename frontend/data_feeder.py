@@ -10,8 +10,9 @@ Paddle reshapes to the declared shape.
 
 Two deliberate differences from Paddle: dense fields come back as arrays (NumPy, or ``jax.Array``
 on ``place``) rather than LoDTensors — the Executor takes either; and a conversion that would
-change values (``1.5`` to an integer variable, ``300`` to ``uint8``, strings) is a
-:class:`~fluidjax.FeedError` naming the variable and the sample, where Paddle casts silently.
+change values (``1.5`` to an integer variable, ``300`` to ``uint8``, strings that are not numbers)
+is a :class:`~fluidjax.FeedError` naming the variable and the sample, where Paddle casts silently.
+Numeric strings (``"197"``) convert as Fluid's ``np.array(data, dtype)`` converted them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ def _convert(arr: np.ndarray, want: np.dtype) -> np.ndarray | str:
     have = arr.dtype
     if have == want:
         return arr
+    if have.kind in "US" and want.kind in "iuf":
+        # Fluid's DataFeeder converted with np.array(data, dtype): numeric strings parse ("197" -> 197,
+        # SSR's reader yields the ids of its text as strings); "1.5" to an integer, "x", or a value
+        # out of range does not
+        try:
+            return arr.astype(want)
+        except (ValueError, OverflowError) as exc:
+            return f"holds strings that do not parse as {want} ({exc})"
     if have.kind in _KIND_NAMES:
         return f"holds {_KIND_NAMES[have.kind]} (dtype {have})"
     if want.kind == "f":
