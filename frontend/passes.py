@@ -31,6 +31,7 @@ XLA CPU flags must be set before JAX starts its backend, so no pass can apply th
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from typing import Iterable
 
@@ -104,7 +105,8 @@ def _global_stats(op: Operator) -> bool:
 
 
 # -- conv + batch_norm folding ---------------------------------------------------------------------------
-def fold_conv_bn(program: Program, scope: Scope | None = None, keep: Iterable[str] = ()) -> int:
+def fold_conv_bn(program: Program, scope: Scope | None = None, keep: Iterable[str] = (), *,
+                 _deferred: dict | None = None) -> int:
     """Fold every inference ``batch_norm`` that follows a convolution into that convolution, in
     place; returns how many were folded.
 
@@ -127,7 +129,7 @@ def fold_conv_bn(program: Program, scope: Scope | None = None, keep: Iterable[st
         plan = _fold_plan(bn, producer, readers, writers, keep, scope)
         if plan is None:
             continue
-        _apply_fold(block, bn, plan, scope)
+        _apply_fold(block, bn, plan, scope, _deferred)
         folded += 1
     if folded:
         _drop_dead_bias_reshapes(program, keep)
@@ -207,12 +209,29 @@ def _fold_plan(bn: Operator, producer, readers, writers, keep, scope):
     scale = stats["Scale"] if stats["Scale"] is not None else np.ones(channels)
     shift = stats["Bias"] if stats["Bias"] is not None else np.zeros(channels)
     factor = scale / np.sqrt(stats["Variance"] + float(bn.attr("epsilon", 1e-5)))
-    # computed in float64, rounded once into the filter's dtype: one pass, no float64 copy of the filter
-    new_weight = np.empty(weight.shape, weight.dtype)
-    np.multiply(weight, factor[:, None, None, None], out=new_weight, dtype=np.float64, casting="same_kind")
     new_bias = ((bias0 - stats["Mean"]) * factor + shift).astype(weight.dtype)
     return {"conv": conv, "add": add, "conv_out": conv_out, "filter": filter_name, "x": x, "y": y,
-            "weight": new_weight, "bias": new_bias, "axis": 1 if layout == "NCHW" else 3}
+            "weight": _Folded(weight, factor), "bias": new_bias, "axis": 1 if layout == "NCHW" else 3}
+
+
+class _Folded:
+    """A folded filter ``weight · factor`` (per output channel) not computed yet: the HWIO pass
+    computes it straight into its transposed layout (one pass over the filter instead of two), and
+    :func:`optimize_inference` computes what is left on two threads."""
+
+    def __init__(self, weight: np.ndarray, factor: np.ndarray):
+        self.weight, self.factor = weight, factor
+        self.shape, self.dtype = weight.shape, weight.dtype
+
+    def compute(self, perm: list[int] | None = None) -> np.ndarray:
+        """The folded filter (transposed by ``perm``): float64 arithmetic rounded once into the
+        filter's dtype, written straight into the result (no float64 copy of the filter)."""
+        weight, factor = self.weight, self.factor[:, None, None, None]
+        if perm is not None:
+            weight, factor = weight.transpose(perm), factor.transpose(perm)
+        out = np.empty(weight.shape, self.dtype)
+        np.multiply(weight, factor, out=out, dtype=np.float64, casting="same_kind")
+        return out
 
 
 def _conv_bias(add: Operator, producer, scope: Scope, layout: str, channels: int) -> np.ndarray | None:
@@ -241,13 +260,16 @@ def _conv_bias(add: Operator, producer, scope: Scope, layout: str, channels: int
     return value.reshape(channels) if aligned else None
 
 
-def _apply_fold(block, bn: Operator, plan, scope: Scope) -> None:
+def _apply_fold(block, bn: Operator, plan, scope: Scope, deferred: dict | None = None) -> None:
     filter_name = plan["filter"]
     w_name = _fresh_name(block, f"{filter_name}.bn_folded")
     b_name = _fresh_name(block, f"{filter_name}.bn_folded_bias")
     for name, value in ((w_name, plan["weight"]), (b_name, plan["bias"])):
         block.create_var(name, value.shape, value.dtype.name, persistable=True)
-        _set_scope_array(scope, name, value)
+        if deferred is not None and isinstance(value, _Folded):
+            deferred[name] = value               # computed later, by filters_hwio or optimize_inference
+        else:
+            _set_scope_array(scope, name, value.compute() if isinstance(value, _Folded) else value)
     plan["conv"].inputs["Filter"] = [w_name]
     add = plan["add"]
     if add is not None:
@@ -396,7 +418,8 @@ def _transpose(block, index: int, src: str, perm: list[int], dst: str) -> str:
 _OIHW_TO_HWIO, _HWIO_TO_OIHW = [2, 3, 1, 0], [3, 2, 0, 1]
 
 
-def filters_hwio(program: Program, scope: Scope | None = None, keep: Iterable[str] = ()) -> int:
+def filters_hwio(program: Program, scope: Scope | None = None, keep: Iterable[str] = (), *,
+                 _deferred: dict | None = None) -> int:
     """Store the filters of channel-last ``conv2d`` ops HWIO, in place; returns how many filters
     moved.
 
@@ -422,12 +445,16 @@ def filters_hwio(program: Program, scope: Scope | None = None, keep: Iterable[st
                 or not all(op.type == "conv2d" and op.block is block
                            and (op.attr("data_format") or "NCHW") in ("NHWC", "NDHWC") for op in users)):
             continue
-        value = _scope_array(scope, name)
-        if value is None or value.ndim != 4:
+        folded = (_deferred or {}).get(name)
+        value = folded if folded is not None else _scope_array(scope, name)
+        if value is None or len(value.shape) != 4:
             continue
         hwio = _fresh_name(block, f"{name}.hwio")
         block.create_var(hwio, [var.shape[i] for i in _OIHW_TO_HWIO], var.dtype, persistable=True)
-        _set_scope_array(scope, hwio, np.ascontiguousarray(value.transpose(_OIHW_TO_HWIO)))
+        if _deferred is not None:                 # optimize_inference computes it (on two threads)
+            _deferred[hwio] = _Transposed(value, _OIHW_TO_HWIO)
+        else:
+            _set_scope_array(scope, hwio, np.ascontiguousarray(value.transpose(_OIHW_TO_HWIO)))
         first = min(block.ops.index(op) for op in users)
         oihw = _transpose(block, first, hwio, _HWIO_TO_OIHW, _fresh_name(block, f"{name}.from_hwio"))
         for op in users:
@@ -436,6 +463,39 @@ def filters_hwio(program: Program, scope: Scope | None = None, keep: Iterable[st
     if moved:
         _drop_unused_persistables(program)
     return moved
+
+
+class _Transposed:
+    """A filter (an array, or a :class:`_Folded` one) to be stored transposed by ``perm``."""
+
+    def __init__(self, value, perm: list[int]):
+        self.value, self.perm = value, perm
+
+    def compute(self) -> np.ndarray:
+        if isinstance(self.value, _Folded):
+            return self.value.compute(self.perm)
+        return np.ascontiguousarray(self.value.transpose(self.perm))
+
+
+def _materialize(program: Program, scope: Scope, deferred: dict) -> None:
+    """Compute the deferred values the program still declares, on up to two threads (NumPy's
+    loops release the GIL), and write them into ``scope``."""
+    block = program.global_block()
+    todo = [(name, value) for name, value in deferred.items() if block.find_var(name) is not None]
+    if not todo:
+        return
+    workers = min(2, os.cpu_count() or 1, len(todo))
+    if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        todo.sort(key=lambda item: -int(np.prod(item[1].value.shape if isinstance(item[1], _Transposed)
+                                                else item[1].shape)))
+        with ThreadPoolExecutor(workers) as pool:
+            values = list(pool.map(lambda item: item[1].compute(), todo))
+    else:
+        values = [value.compute() for _, value in todo]
+    for (name, _), value in zip(todo, values):
+        _set_scope_array(scope, name, value)
 
 
 # -- everything ------------------------------------------------------------------------------------------
@@ -456,14 +516,18 @@ def optimize_inference(program: Program, scope: Scope | None = None, *, fold: bo
     scope = global_scope() if scope is None else scope
     keep = list(keep)
     new = program.clone()
+    # The folded and HWIO filters are computed at the end, each in one pass from the saved filter
+    # (a folded filter that moves to HWIO is never made OIHW), on two threads.
+    deferred: dict = {}
     if fold:
         try:
-            fold_conv_bn(new, scope, keep)
+            fold_conv_bn(new, scope, keep, _deferred=deferred)
         except UninitializedVariableError:
             pass
     if layout == "NHWC":
         to_nhwc(new, keep)
-        filters_hwio(new, scope, keep)
+        filters_hwio(new, scope, keep, _deferred=deferred)
+    _materialize(new, scope, deferred)
     return new
 
 
