@@ -136,9 +136,10 @@ def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, .
     """A feed of a ``lod_level > 0`` variable: a LoDTensor with that many levels, as a padded
     :class:`LoDValue` (see ``lod_value.py``)."""
     if not isinstance(value, LoDTensor):
-        raise FeedError(f"feed {name!r}: the variable has lod_level {var.lod_level}, so it takes a LoDTensor "
-                        f"with {var.lod_level} LoD level(s) (fj.create_lod_tensor(data, lengths)); got "
-                        f"{type(value).__name__} without LoD")
+        # Fluid's rule: a dense array fed to a lod_level > 0 variable (a feed dict, or a py_reader
+        # slot declared with lod_levels) is a tensor with no LoD, as Fluid's executor made it
+        # (_as_lodtensor); ops that only read its rows run, an op that needs its sequences refuses.
+        return check_feed(name, value, want, declared, var)
     lod = value.lod()
     if len(lod) != var.lod_level:
         raise FeedError(f"feed {name!r}: the variable has lod_level {var.lod_level}, but the LoDTensor has "

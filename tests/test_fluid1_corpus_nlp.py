@@ -174,3 +174,35 @@ def test_load_falls_back_to_save_persistables_directories(tmp_path):
     state = fluid.io.load_program_state(folder)
     assert set(state) == set(saved)
     assert not os.path.exists(folder + ".pdparams")
+
+
+# -- 2. a dense array fed to a lod_level > 0 variable ----------------------------------------------
+def test_a_dense_array_fed_to_a_lod_level_2_variable_is_a_tensor_without_lod():
+    """The Fluid 1.4 transformer's py_reader declares src_word with lod_level 2 and yields dense
+    [batch, len, 1] arrays: Fluid took them as tensors without LoD (row-wise ops run); Paddle
+    2.6.2 runs the same program bytes the same way. An op that needs sequences refuses, typed."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        w = fluid.layers.data("w", shape=[-1, 5, 1], dtype="int64", lod_level=2, append_batch_size=False)
+        e = fluid.layers.embedding(w, size=[20, 4])
+        s = fluid.layers.reduce_sum(e, dim=[1, 2])
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.global_scope()
+    exe.run(startup)
+    ids = (np.arange(10).reshape(2, 5, 1) * 3 % 20).astype("int64")
+    ours, = exe.run(main, feed={"w": ids}, fetch_list=[s])
+    params = {v.name: np.asarray(scope.find_var(v.name).get_tensor()) for v in main.list_vars() if v.persistable
+              and v.name not in ("feed", "fetch")}
+    theirs, = po.run(main.serialize(), {"w": ids}, [s.name], params)
+    np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-5)
+    # an op that needs the sequences: both refuse a dense feed
+    main2, startup2 = _programs()
+    with fluid.program_guard(main2, startup2):
+        q = fluid.layers.data("q", shape=[3], dtype="float32", lod_level=1)
+        pooled = fluid.layers.sequence_pool(q, "sum")
+    dense = {"q": np.ones((4, 3), "float32")}
+    with pytest.raises(fluid.FluidJaxError, match="LoD"):
+        exe.run(main2, feed=dense, fetch_list=[pooled])
+    with pytest.raises(Exception):
+        po.run(main2.serialize(), dense, [pooled.name])
+
