@@ -20,7 +20,8 @@ Images, archives and files over 2 MB are left out.
 parent), its folder as working directory, a generated ``paddle`` package first on ``sys.path``
 (``paddle.fluid`` and every ``paddle.fluid.*`` path = fluidjax's, ``paddle.dataset.*`` small
 synthetic readers; ``benchmarks/corpus_shim/`` adds ``paddle.compat``, ``paddle.dataset.image``, a
-Pillow-backed ``cv2``, ``pycocotools.coco``, ``wget`` (refuses downloads) and a synthetic
+Pillow-backed ``cv2``, ``pycocotools.coco``, ``wget`` (refuses downloads), ``paddlehub`` (imports; any
+use raises) and a synthetic
 ``gym`` + ``atari_py`` game).
 Sizes and steps are set through the scripts' own flags (epochs, batch size, step caps, tiny
 hidden sizes); where a script reads data files, the runner writes small synthetic files of the
@@ -998,6 +999,9 @@ def classify(r: dict) -> tuple[str, str]:
         return "own: Python 2 syntax", first
     if t == "AttributeError" and "module 'numpy' has no attribute" in msg:
         return "own: NumPy 2 refuses", first
+    if t == "TypeError" and "load() missing 1 required positional argument: 'Loader'" in msg \
+            and re.search(r"yaml\.load\(", err.get("script_line") or err.get("innermost") or ""):
+        return "own: PyYAML 6 refuses yaml.load without a Loader", first
     if t == "TypeError" and "only 0-dimensional arrays can be converted to Python scalars" in msg \
             and not err.get("fluidjax_line"):
         # float() / "%f" of a one-element array: NumPy 1.x took it (a deprecation since 1.25), NumPy 2.4 refuses
