@@ -82,6 +82,8 @@ class _Slot:
         # skips its reshape then too).
         self.item_shape = self.shape[1:]
         self.reshapable = sum(d < 0 for d in self.item_shape) <= 1
+        # a reader slot (data_layers.reader_slot) takes samples of its rank at any size
+        self.any_size = bool(getattr(var, "samples_any_size", False))
 
     def _where(self, sample: int) -> str:
         return (f"DataFeeder: variable {self.name!r} (declared {self.dtype.name}, shape {list(self.shape)}"
@@ -97,7 +99,8 @@ class _Slot:
         if isinstance(out, str):
             raise FeedError(f"{self._where(sample)}: {what} {out}")
         shape = out.shape
-        fits = len(shape) == len(self.item_shape) and all(d < 0 or d == s for d, s in zip(self.item_shape, shape))
+        fits = len(shape) == len(self.item_shape) and (
+            self.any_size or all(d < 0 or d == s for d, s in zip(self.item_shape, shape)))
         if fits:
             return out
         if len(shape) != len(self.item_shape) and self.reshapable:

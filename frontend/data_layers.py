@@ -102,9 +102,14 @@ def static_data(name: str, shape, dtype="float32", lod_level: int = 0) -> Variab
 def reader_slot(name: str, shape, dtype="float32", lod_level: int = 0) -> Variable:
     """A ``py_reader`` slot: ``shape`` includes the batch dim, and like Fluid's reader outputs
     it has no ``need_check_feed`` (the fed batch's dtype and shape decide: BERT's readers pad each
-    batch to its own longest sequence)."""
-    return _declare(name, _dims(shape, f"data {name!r}"), dtype, lod_level, stop_gradient=True,
-                    need_check_feed=False)
+    batch to its own longest sequence). Its samples' sizes are advice too: a ``DataFeeder`` (the
+    reader's ``decorate_paddle_reader`` / ``set_sample_list_generator``) takes samples of the
+    declared rank whatever their sizes, as Fluid 1.5's did (R-CNN declares [-1, 3, max_size,
+    max_size] and feeds each image at its own size)."""
+    var = _declare(name, _dims(shape, f"data {name!r}"), dtype, lod_level, stop_gradient=True,
+                   need_check_feed=False)
+    var.samples_any_size = True
+    return var
 
 
 def _user_stacklevel() -> int:

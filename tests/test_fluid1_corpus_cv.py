@@ -178,3 +178,30 @@ def test_grouped_conv2d_transpose_gradients_equal_paddles(groups, stride, paddin
     ours, theirs = _run_both(main, startup, feed, [y, gx, gw])
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
+
+
+# -- py_reader slots take samples of their rank at any size (R-CNN's images) -----------------------
+def test_py_reader_slot_takes_images_of_their_own_size():
+    """rcnn/models/model_builder.py declares the image slot [-1, 3, max_size, max_size] and its
+    reader feeds each (padded) minibatch at its own size; Fluid 1.5's DataFeeder reshaped only on a
+    rank difference. The fed size then decides the step's shapes (NumPy oracle)."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        reader = fluid.layers.py_reader(capacity=4, shapes=[[-1, 3, 8, 8], [-1, 1]], dtypes=["float32", "int64"])
+        img, label = fluid.layers.read_file(reader)
+        total = fluid.layers.reduce_sum(img, dim=[1, 2, 3])
+    r = np.random.RandomState(5)
+    batches = [[(r.rand(3, h, w).astype("float32"), [1]) for _ in range(2)] for h, w in ((8, 8), (6, 10), (12, 4))]
+    reader.decorate_paddle_reader(lambda: iter(batches))
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    reader.start()
+    for batch in batches:
+        got, = exe.run(main, fetch_list=[total])
+        np.testing.assert_allclose(got, [s[0].sum() for s in batch], rtol=1e-5)
+    reader.reset()
+    # a data variable of layers.data keeps the size check of its samples
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.layers.data("x", shape=[2], dtype="float32")
+        with pytest.raises(fluid.FeedError, match="has shape"):
+            fluid.DataFeeder([x], fluid.CPUPlace()).feed([([1.0, 2.0, 3.0],)])
