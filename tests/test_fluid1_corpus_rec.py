@@ -331,3 +331,56 @@ def test_data_feeder_parses_numeric_strings_as_paddles_does():
     for bad in ([(["1.5"], ["0", "0"])], [(["x"], ["0", "0"])]):
         with pytest.raises(fluid.FeedError, match="do not parse as int64"):
             fluid.DataFeeder([ids, x], fluid.CPUPlace()).feed(bad)
+
+
+# -- cos_sim of a sequence's rows with a plain value of one row per sequence (TagSpace) -----------
+def test_cos_sim_pairs_sequence_rows_with_pooled_rows_as_numpy_and_jax_grad():
+    """TagSpace: cos_sim(tag embedding of a lod_level-1 input (rows padded to a bucket), fc of the
+    pooled text (one plain row per sequence)). Paddle 2.6.2 no longer has cos_sim: the forward is
+    checked against NumPy, one SGD step against jax.grad of the same function written by hand."""
+    import jax
+    import jax.numpy as jnp
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        text = fluid.data(name="text", shape=[None, 1], lod_level=1, dtype="int64")
+        pos = fluid.data(name="pos", shape=[None, 1], lod_level=1, dtype="int64")
+        te = fluid.layers.squeeze(fluid.embedding(input=text, size=[20, 6], param_attr="text_emb"), axes=[1])
+        pe = fluid.layers.squeeze(fluid.embedding(input=pos, size=[20, 6], param_attr="tag_emb"), axes=[1])
+        hid = fluid.layers.fc(fluid.layers.sequence_pool(te, "max"), size=6, param_attr="w", bias_attr="b")
+        cos = fluid.layers.cos_sim(pe, hid)
+        loss = fluid.layers.mean(cos)
+        fluid.optimizer.SGD(0.5).minimize(loss)
+    lengths, ids, tags = [2, 3, 4], np.arange(9).reshape(-1, 1) % 20, np.array([[1], [2], [3]])
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        names = ["text_emb", "tag_emb", "w", "b"]
+        p0 = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+        got_cos, got_loss = exe.run(main, feed={
+            "text": fluid.create_lod_tensor(ids.astype("int64"), [lengths], fluid.CPUPlace()),
+            "pos": fluid.create_lod_tensor(tags.astype("int64"), [[1, 1, 1]], fluid.CPUPlace())},
+            fetch_list=[cos, loss])
+        p1 = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+    starts = np.cumsum([0] + lengths)
+
+    def reference(p):
+        rows = p["text_emb"][ids[:, 0]]
+        pooled = jnp.stack([rows[a:b].max(axis=0) for a, b in zip(starts[:-1], starts[1:])])
+        h = pooled @ p["w"] + p["b"]
+        t = p["tag_emb"][tags[:, 0]]
+        c = (t * h).sum(1) / (jnp.linalg.norm(t, axis=1) * jnp.linalg.norm(h, axis=1))
+        return c.mean(), c
+
+    (want_loss, want_cos), grads = jax.value_and_grad(reference, has_aux=True)(
+        {n: jnp.asarray(v) for n, v in p0.items()})
+    np.testing.assert_allclose(np.asarray(got_cos).ravel(), np.asarray(want_cos), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got_loss).ravel(), [float(want_loss)], rtol=1e-5)
+    for n in names:
+        np.testing.assert_allclose(p1[n], p0[n] - 0.5 * np.asarray(grads[n]), rtol=1e-4, atol=1e-6)
+    with fluid.scope_guard(scope):
+        with pytest.raises(fluid.BoundExceededError, match="cos_sim pairs the 3 rows"):
+            exe.run(main, feed={       # four tags for three texts: Paddle refuses the shapes
+                "text": fluid.create_lod_tensor(ids.astype("int64"), [lengths], fluid.CPUPlace()),
+                "pos": fluid.create_lod_tensor(np.array([[1], [2], [3], [4]], "int64"), [[1, 1, 1, 1]],
+                                               fluid.CPUPlace())}, fetch_list=[cos])

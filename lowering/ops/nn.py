@@ -8,7 +8,8 @@ import jax.numpy as jnp
 
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext, same_as
-from ..checks import IndexInput, index_inputs
+from ..checks import IndexInput, bound_checked, check_count, index_inputs
+from ..lower import row_statistics
 from ..context import make_key
 from ._shapes import dims_equal, prod
 
@@ -339,6 +340,18 @@ def prelu(ctx):
     return {"Out": jnp.where(x > 0, x, a.astype(x.dtype) * x)}
 
 
+row_statistics("cos_sim")   # a sequence input's real rows: ctx.real_rows (see cos_sim)
+
+
+def _sequence_input(op) -> bool:
+    """Whether X or Y of ``op`` is declared a sequence (its rows may be padded: cos_sim checks them)."""
+    found = (op.block.find_var(n) for slot in ("X", "Y") for n in op.inputs.get(slot, ()))
+    return any(v is not None and v.lod_level for v in found)
+
+
+bound_checked("cos_sim", _sequence_input)
+
+
 def _cos_sim_shape(ctx: InferShapeContext) -> None:
     x, y = ctx.input("X"), ctx.input("Y")
     ctx.check(x.ndim >= 2 and x.ndim == y.ndim, f"X {x.shape} and Y {y.shape} need the same rank >= 2")
@@ -354,8 +367,21 @@ def _cos_sim_shape(ctx: InferShapeContext) -> None:
 @op("cos_sim", inputs="X Y", outputs="Out XNorm YNorm", infer_shape=_cos_sim_shape,
     no_grad_outputs=["XNorm", "YNorm"])
 def cos_sim(ctx):
-    """Cosine similarity of each row of X with the row of Y (or Y's single row): [N, 1]."""
+    """Cosine similarity of each row of X with the row of Y (or Y's single row): [N, 1].
+
+    X (or Y) may be a sequence's rows, padded to a bucket, next to a plain Y (X) of one row per
+    real row (TagSpace: a tag's embedding against the pooled text, one row per sequence): Paddle
+    pairs the real rows, so the padded one is cut to the plain one's rows, and the step checks
+    that its real row count is that (a BoundExceededError otherwise, where Paddle refuses the
+    shapes). Out has the real rows; the cut rows get no gradient."""
     x, y = ctx.input("X"), ctx.input("Y")
+    if ctx.real_rows is not None and x.shape[0] != y.shape[0] and min(x.shape[0], y.shape[0]) > 1:
+        slot, rows = ("X", y.shape[0]) if x.shape[0] > y.shape[0] else ("Y", x.shape[0])
+        if not ctx.op.type.endswith("_grad"):
+            check_count(ctx.checks, ctx.op, ctx.env, ctx.op.inputs[slot][0], ctx.real_rows == rows, ctx.real_rows,
+                        f"cos_sim pairs the {rows} rows of {'Y' if slot == 'X' else 'X'} with the real rows of "
+                        f"the sequence {slot}, which need to be {rows}")
+        x, y = (x[:rows], y) if slot == "X" else (x, y[:rows])
     x2 = x.reshape((x.shape[0], -1))
     y2 = y.reshape((y.shape[0], -1))
     xn = jnp.sqrt(jnp.sum(x2 * x2, axis=1, keepdims=True))
