@@ -273,6 +273,12 @@ class LoDTensor:
     def _is_initialized(self) -> bool:
         return self._value is not None
 
+    def _get_dims(self) -> list[int]:
+        """Paddle's ``_get_dims()``: the dims as a list (``[0]`` when there are none, as Paddle's
+        empty tensor). Fluid scripts zero a tensor with ``np.zeros(t._get_dims())``."""
+        shape = self._known_shape()
+        return [int(d) for d in shape] if shape is not None else [0]
+
     def shape(self) -> tuple[int, ...]:
         """The dims: the held array's shape, else the dims recorded by ``resize`` (``()`` if none).
 

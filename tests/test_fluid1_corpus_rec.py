@@ -384,3 +384,15 @@ def test_cos_sim_pairs_sequence_rows_with_pooled_rows_as_numpy_and_jax_grad():
                 "text": fluid.create_lod_tensor(ids.astype("int64"), [lengths], fluid.CPUPlace()),
                 "pos": fluid.create_lod_tensor(np.array([[1], [2], [3], [4]], "int64"), [[1, 1, 1, 1]],
                                                fluid.CPUPlace())}, fetch_list=[cos])
+
+
+def test_lod_tensor_get_dims_as_paddles():
+    """MMoE zeroes its AUC states with np.zeros(scope.var(name).get_tensor()._get_dims())."""
+    ours, theirs = fluid.LoDTensor(), paddle.base.core.LoDTensor()
+    assert ours._get_dims() == theirs._get_dims() == [0]
+    ours.set(np.zeros((3, 2), "float32"), fluid.CPUPlace())
+    theirs.set(np.zeros((3, 2), "float32"), paddle.CPUPlace())
+    assert ours._get_dims() == theirs._get_dims() == [3, 2]
+    scope = fluid.Scope()
+    scope.var("s").get_tensor().set(np.ones((4,), "int64"), fluid.CPUPlace())
+    assert scope.var("s").get_tensor()._get_dims() == [4]
