@@ -396,3 +396,43 @@ def test_lod_tensor_get_dims_as_paddles():
     scope = fluid.Scope()
     scope.var("s").get_tensor().set(np.ones((4,), "int64"), fluid.CPUPlace())
     assert scope.var("s").get_tensor()._get_dims() == [4]
+
+
+def test_dqn_pairing_sees_the_accumulator_names_paddle_gives():
+    """The Fluid 1.4 DQN scripts pair policy/target variables by 'policy' / 'target' in their names;
+    since Fluid 1.4, Adam's accumulators carry their parameter's name (policy_fc1_moment1_0), so the
+    policy list is longer and the script's loop fails (fixed upstream in PaddlePaddle/models
+    b81a7bb6d). fluidjax names them as Paddle 2.6.2 does: the same lists."""
+
+    def names(build):
+        return sorted(v.name for v in build() if "GRAD" not in v.name and ("policy" in v.name or "target" in v.name))
+
+    def ours():
+        main = fluid.Program()
+        with fluid.program_guard(main, fluid.Program()), fluid.unique_name.guard():
+            s = fluid.data(name="state", shape=[-1, 4], dtype="float32")
+            n = fluid.data(name="next_s", shape=[-1, 4], dtype="float32")
+            net = [fluid.layers.fc(x, 3, param_attr=fluid.ParamAttr(name=f"{f}_fc1"),
+                                   bias_attr=fluid.ParamAttr(name=f"{f}_fc1_b")) for x, f in ((s, "policy"), (n, "target"))]
+            best = fluid.layers.reduce_max(net[1], dim=1)
+            best.stop_gradient = True
+            cost = fluid.layers.reduce_mean(fluid.layers.square_error_cost(fluid.layers.reduce_sum(net[0], dim=1), best))
+            fluid.optimizer.Adam(1e-3).minimize(cost)
+        return main.list_vars()
+
+    def theirs():
+        main = paddle.static.Program()
+        with paddle.static.program_guard(main, paddle.static.Program()), paddle.utils.unique_name.guard():
+            s = paddle.static.data("state", [-1, 4], "float32")
+            n = paddle.static.data("next_s", [-1, 4], "float32")
+            net = [paddle.static.nn.fc(x, 3, weight_attr=paddle.ParamAttr(name=f"{f}_fc1"),
+                                       bias_attr=paddle.ParamAttr(name=f"{f}_fc1_b")) for x, f in ((s, "policy"), (n, "target"))]
+            best = paddle.max(net[1], axis=1)
+            best.stop_gradient = True
+            cost = paddle.mean(paddle.square(paddle.sum(net[0], axis=1) - best))
+            paddle.optimizer.Adam(1e-3).minimize(cost)
+        return main.list_vars()
+
+    got, want = names(ours), names(theirs)
+    assert got == want
+    assert len([n for n in got if "policy" in n]) == 2 + 2 * 4 and len([n for n in got if "target" in n]) == 2
