@@ -849,7 +849,7 @@ SCRIPTS += [
          env={"CPU_NUM": "1", "FLAGS_bucket_sequences": "0"}),
     dict(name="rnn_search", target="seq2seq", path=f"{F14}/PaddleNLP/neural_machine_translation/rnn_search/train.py",
          args=["--pass_num", "1", "--batch_size", "8", "--dict_size", "100", "--embedding_dim", "16",
-               "--encoder_size", "16", "--decoder_size", "16"], book={"wmt14": {"train": 64, "test": 16, "len": [3, 10]}}),
+               "--encoder_size", "16", "--decoder_size", "16", "--use_gpu", "False"], book={"wmt14": {"train": 64, "test": 16, "len": [3, 10]}}),
     dict(name="seq2seq_attention", target="seq2seq", path=f"{R18NLP}/seq2seq/seq2seq/train.py",
          args=["--src_lang", "en", "--tar_lang", "vi", "--attention", "True", "--num_layers", "1",
                "--hidden_size", "16", "--src_vocab_size", "203", "--tar_vocab_size", "203", "--batch_size", "8",

@@ -206,3 +206,73 @@ def test_a_dense_array_fed_to_a_lod_level_2_variable_is_a_tensor_without_lod():
     with pytest.raises(Exception):
         po.run(main2.serialize(), dense, [pooled.name])
 
+
+
+# -- 3. fluid.contrib.decoder.beam_search_decoder: InitState, StateCell, TrainingDecoder -----------
+def _decoder_program():
+    """rnn_search's training decoder, small: the encoder's first row (reordered) boots h, a zero
+    cell state c; each step attends by pooling the static encoder rows and updates h, c."""
+    from fluidjax.contrib.decoder.beam_search_decoder import InitState, StateCell, TrainingDecoder
+    main, startup = _programs()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        src = fluid.layers.data("src", shape=[3], dtype="float32", lod_level=1)
+        trg = fluid.layers.data("trg", shape=[2], dtype="float32", lod_level=1)
+        label = fluid.layers.data("label", shape=[1], dtype="int64", lod_level=1)
+        enc = fluid.layers.fc(src, 4, act="tanh")
+        boot = fluid.layers.fc(fluid.layers.sequence_pool(enc, "first"), 4, act="tanh")
+        cell0 = fluid.layers.fill_constant_batch_size_like(boot, shape=[-1, 4], value=0.0, dtype="float32")
+        cell = StateCell(inputs={"x": None, "enc": None}, states={"h": InitState(init=boot, need_reorder=True),
+                                                                   "c": InitState(init=cell0)}, out_state="h")
+
+        @cell.state_updater
+        def updater(state_cell):
+            x, enc_rows = state_cell.get_input("x"), state_cell.get_input("enc")
+            prev_h, prev_c = state_cell.get_state("h"), state_cell.get_state("c")
+            context = fluid.layers.sequence_pool(enc_rows, "sum")
+            c = prev_c + fluid.layers.fc(fluid.layers.concat([x, prev_h, context], axis=1), 4, act="tanh")
+            state_cell.set_state("h", fluid.layers.tanh(c))
+            state_cell.set_state("c", c)
+
+        decoder = TrainingDecoder(cell)
+        with decoder.block():
+            word = decoder.step_input(trg)
+            enc_rows = decoder.static_input(enc)
+            decoder.state_cell.compute_state(inputs={"x": word, "enc": enc_rows})
+            h = decoder.state_cell.get_state("h")
+            decoder.state_cell.update_states()
+            decoder.output(fluid.layers.fc(h, 5, act="softmax"))
+        prob = decoder()
+        loss = fluid.layers.mean(fluid.layers.cross_entropy(prob, label))
+    return main, startup, prob, loss
+
+
+def test_training_decoder_equals_paddle_on_the_same_program():
+    """The program a TrainingDecoder builds (DynamicRNN: while, rank table, tensor arrays) runs
+    in Paddle 2.6.2 as it is, and both give the same per-step probabilities and loss."""
+    main, startup, prob, loss = _decoder_program()
+    rng = np.random.RandomState(3)
+    src_len, trg_len = [3, 1, 4], [2, 4, 1]
+    feed = {"src": rng.rand(sum(src_len), 3).astype("float32"), "trg": rng.rand(sum(trg_len), 2).astype("float32"),
+            "label": rng.randint(0, 5, (sum(trg_len), 1)).astype("int64")}
+    lods = {"src": [src_len], "trg": [trg_len], "label": [trg_len]}
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    scope = fluid.global_scope()
+    params = {v.name: np.asarray(scope.find_var(v.name).get_tensor()) for v in main.list_vars()
+              if v.persistable and v.name not in ("feed", "fetch") and scope.find_var(v.name) is not None}
+    ours = exe.run(main, feed={k: fluid.create_lod_tensor(v, lods[k], fluid.CPUPlace()) for k, v in feed.items()},
+                   fetch_list=[prob, loss])
+    theirs = po.run(main.serialize(), feed, [prob.name, loss.name], params, lods=lods)
+    assert np.asarray(ours[0]).shape == (sum(trg_len), 5)
+    np.testing.assert_allclose(np.asarray(ours[0]), theirs[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ours[1]).reshape(-1), theirs[1].reshape(-1), rtol=1e-5)
+
+
+def test_state_cell_and_decoder_misuse_are_refused():
+    from fluidjax.contrib.decoder.beam_search_decoder import BeamSearchDecoder, InitState, StateCell
+    with pytest.raises(ValueError, match="init_boot"):
+        InitState()
+    with pytest.raises(ValueError, match="out_state"):
+        StateCell(inputs={}, states={"h": InitState(init=fluid.layers.data("b", shape=[2]))}, out_state="c")
+    with pytest.raises(fluid.NotOfferedError, match="dynamic_decode"):
+        BeamSearchDecoder(state_cell=None, init_ids=None, init_scores=None, target_dict_dim=3, word_dim=2)

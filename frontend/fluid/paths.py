@@ -34,7 +34,7 @@ from ...ir import unique_name, variable as _ir_variable
 from ...ir.errors import NotOfferedError
 from ...lowering import executor as _lowering_executor
 from ...lowering import lod_tensor, parallel, places
-from .. import data_generator, dataset, fleet
+from .. import contrib_decoder, data_generator, dataset, fleet
 from .. import (amp, clip, data_feeder, data_layers, data_loader, fluid_helpers, framework as _frontend_framework,
                 initializer, input_layers, layer_helper, layers, memory_optimization, metrics, nets,
                 optimizer, param_attr, reader as _reader, regularizer, tensor_layers)
@@ -97,7 +97,8 @@ ROUTES: dict[str, tuple[tuple, dict, str]] = {
     "reader": ((_reader, data_loader), {}, _INTERNAL),
     "dataloader": ((), {}, ("Paddle 2's map-style Dataset / BatchSampler loaders are not offered: use "
                             "fluid.io.DataLoader.from_generator")),
-    "contrib": ((fluid_helpers,), {}, _CONTRIB),
+    "contrib": ((fluid_helpers, contrib_decoder), {}, _CONTRIB),
+    "contrib.decoder": ((contrib_decoder,), {}, _CONTRIB),
     "contrib.mixed_precision": ((mixed_precision, amp), {}, _CONTRIB),
     "contrib.memory_usage_calc": ((fluid_helpers,), {}, _CONTRIB),
     "dygraph": ((), {"enabled": _frontend_framework.in_dygraph_mode, "no_grad": fluid_helpers.no_grad}, _DYGRAPH),
