@@ -74,6 +74,8 @@ def _args(argv=None):
     p.add_argument("--variant", nargs="+", action="append", default=[], metavar="NAME KEY=VALUE",
                    help="an extra fluidjax side fj:NAME; KEY=VALUE: upper-case keys are environment variables of "
                         "its process (XLA_FLAGS=...), layout=NHWC|NCHW|none, passes=0|1, fold=0|1")
+    p.add_argument("--sweep", action="store_true",
+                   help="add the XLA:CPU option variants of docs/inference.md as fluidjax sides (SWEEP)")
     p.add_argument("--same-process", action="store_true",
                    help="the old mode: every side in this one process, taking turns run by run (the thread pools "
                         "of the two frameworks interfere: measures the interference as much as the sides)")
@@ -140,6 +142,18 @@ def _first_child(side: str, prefix: str, batch: str, threads: int) -> None:
                       "checksum": [float(np.sum(out, dtype=np.float64)), float(np.abs(out).sum(dtype=np.float64))]}))
 
 
+# --sweep: XLA:CPU options of jax/jaxlib 0.10.2 (flag names from the jaxlib binary; their effect in
+# docs/inference.md). The default already runs convolutions through YNNPACK ("ynn_fusion" in the HLO).
+SWEEP = [
+    ["eigen", "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type="],          # XLA's own (Eigen) convolutions
+    ["onednn_conv", "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_use_onednn=true "
+                    "--xla_cpu_experimental_onednn_fusion_type=individual_convolution,individual_dot"],
+    ["xnn_conv", "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= "
+                 "--xla_cpu_experimental_xnn_fusion_type=individual_convolution,individual_dot"],
+    ["ynn_dot", "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=individual_convolution,individual_dot"],
+    ["onednn_cc", "XLA_FLAGS=--xla_cpu_experimental_onednn_custom_call=true"],
+    ["nchw", "layout=NCHW"],
+]
 JAX_SIDES = ("fluidjax", "fj_nopass", "jax")
 PADDLE_SIDES = ("pi_onednn", "pi_plain", "static")
 
@@ -167,6 +181,8 @@ def _import(jax_side: bool, paddle_side: bool) -> None:
 
 
 ARGS = _args()
+if ARGS.sweep:
+    ARGS.variant += [v for v in SWEEP if v[0] not in {w[0] for w in ARGS.variant}]
 if ARGS.first_child:
     _first_child(*ARGS.first_child, threads=ARGS.threads)
     sys.exit(0)
@@ -471,14 +487,15 @@ def _side_child(side: str, name: str, prefix: str, batch: str, out_path: str, ar
     first = time.perf_counter() - start
     for _ in range(3):
         fn(x)
-    times = []
+    times, cpus = [], []
     for _ in range(args.repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn(x)
         times.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
     np.save(out_path, np.asarray(out))
     print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
-                      "max_ms": max(times) * 1e3, "first_s": first}))
+                      "max_ms": max(times) * 1e3, "cpu_ms": statistics.median(cpus) * 1e3, "first_s": first}))
 
 
 def _spread(values) -> str:
@@ -532,6 +549,7 @@ def own_process(args) -> None:
                     bests = [r["min_ms"] for r in runs]
                     parts = [f"{name:13s} b{batch} {side:12s} {_spread(meds)} ms",
                              f"best {statistics.median(bests):.1f} ms",
+                             f"CPU/run {statistics.median([r.get('cpu_ms', 0.0) for r in runs]):.1f} ms",
                              f"first {statistics.median([r['first_s'] for r in runs]):.2f} s"]
                     if base and side != "pi_onednn":
                         ratios = [a / b for a, b in zip(meds, base)]
@@ -545,7 +563,8 @@ def own_process(args) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("(median over rounds of each process's median, (min-max over rounds); best: median over rounds of each "
-          "process's fastest run, the figure least disturbed by other load; ratio per round pairs the rounds' "
+          "process's fastest run, the figure least disturbed by other load; CPU/run: CPU seconds of all the process's "
+          "threads per run (the work; with OpenMP's spin-wait for Paddle); ratio per round pairs the rounds' "
           "medians; targets: <= 1.0x PI oneDNN at batch 8, <= 1.1x at batch 1)")
 
 

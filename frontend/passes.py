@@ -15,7 +15,10 @@ program so that XLA compiles the faster graph.
   persistable ``<filter>.hwio``) and turned back to Paddle's OIHW by a ``transpose2`` in the
   program: XLA then folds that transpose into the convolution, while an OIHW parameter costs a
   filter transpose on every call (ResNet-18's last stage at batch 1: 36 ms against 12 ms).
-- :func:`optimize_inference` — all three, on a copy of the program.
+- :func:`optimize_inference` — all three, on a copy of the program. There the folded and HWIO
+  filters are computed last, each in one pass from the saved filter (a folded filter that moves
+  to HWIO is multiplied straight into its transposed layout; no OIHW folded copy is made or
+  kept), on two threads: the passes are most of a compiled model's load time.
 
 Both passes rewrite only values that nothing outside the rewritten ops reads: ``fetch`` targets,
 ``keep`` names and every variable another op (in any block) reads keep their meaning and layout.
