@@ -44,8 +44,9 @@ from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
-from ..lod_value import LoDValue, sequence_count
+from ..lod_value import LoDValue, longest_of, sequence_count
 from ..lower import lod_aware, plain_row_outputs
+from ._ragged import batch_levels, ragged_recurrence
 from ._shapes import dims_equal
 
 # Paddle's GetActivationType names (lstm also lists them in its attrs' InEnum); the _v2 forms are
@@ -212,6 +213,22 @@ def _recurrence_bwd(cell, saved, cotangents):
 
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
+# The ragged recurrence (``_ragged.py``: sequences sorted by length, a shrinking active batch) is
+# the default; False runs the padded loop above, every sequence every step (kept as the reference
+# the tests compare against). Read when a step is traced.
+RAGGED = True
+
+
+def _run_recurrence(cell: _Cell, x_rows, w_lin, params, init, offsets):
+    """(per-row states, per-row pre-activations) of ``cell`` over the sequences of ``offsets``."""
+    count = offsets.shape[0] - 1
+    if not RAGGED or count == 0:
+        return _recurrence(cell, x_rows, w_lin, params, init, offsets)
+    rows = x_rows.shape[0]
+    longest = longest_of(offsets)
+    steps_bound = max(1, min(rows, longest if longest is not None else rows))
+    return ragged_recurrence(cell, x_rows, w_lin, params, init, offsets, steps_bound, batch_levels(count))
+
 
 # -- shape rules ----------------------------------------------------------------------------------
 def _check_activation(ctx: InferShapeContext, attr: str) -> None:
@@ -358,7 +375,7 @@ def lstm(ctx):
     cell = _Cell("lstm", bool(ctx.attr("is_reverse")), ctx.attr("gate_activation"),
                  ctx.attr("cell_activation"), ctx.attr("candidate_activation"))
     init = (_initial(ctx, "H0", count, size, x.dtype), _initial(ctx, "C0", count, size, x.dtype))
-    (hidden, c), pre = _recurrence(cell, x.data + bias[:4 * size], w, peep, init, offsets)
+    (hidden, c), pre = _run_recurrence(cell, x.data + bias[:4 * size], w, peep, init, offsets)
     # Paddle's intermediates (activated gates, act(c)), per row; only a fetch keeps them.
     gate, cand = _ACTIVATIONS[cell.gate_act], _ACTIVATIONS[cell.cand_act]
     pre, c_const = lax.stop_gradient(pre), lax.stop_gradient(c)
@@ -421,7 +438,7 @@ def lstmp(ctx):
                  cell_clip=float(ctx.attr("cell_clip")), proj_clip=float(ctx.attr("proj_clip")))
     r0 = _initial(ctx, "H0", count, pw.shape[1], x.dtype)
     init = (r0, _initial(ctx, "C0", count, size, x.dtype))
-    (proj, c), _ = _recurrence(cell, x.data + bias[:4 * size], w, peep + (pw,), init, offsets)
+    (proj, c), _ = _run_recurrence(cell, x.data + bias[:4 * size], w, peep + (pw,), init, offsets)
     return {"Projection": LoDValue(proj, x.offsets), "Cell": LoDValue(c, x.offsets)}
 
 
@@ -452,7 +469,7 @@ def gru(ctx):
     cell = _Cell("gru", bool(ctx.attr("is_reverse")), ctx.attr("gate_activation"),
                  cand_act=ctx.attr("activation"), origin_mode=bool(ctx.attr("origin_mode")))
     h0 = _initial(ctx, "H0", offsets.shape[0] - 1, size, x.dtype)
-    (hidden,), pre = _recurrence(cell, rows, w_ur, (w_c,), (h0,), offsets)
+    (hidden,), pre = _run_recurrence(cell, rows, w_ur, (w_c,), (h0,), offsets)
     gate = _ACTIVATIONS[cell.gate_act]
     pre, h_const = lax.stop_gradient(pre), lax.stop_gradient(hidden)
     h_prev = _previous_rows(h_const, lax.stop_gradient(h0), offsets, cell.reverse)
