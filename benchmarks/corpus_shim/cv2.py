@@ -44,7 +44,8 @@ def resize(img, dsize, dst=None, fx=None, fy=None, interpolation=INTER_LINEAR):
     out = [np.asarray(Image.fromarray(c.astype(np.float32) if c.dtype != np.uint8 else c)
                       .resize((int(dsize[0]), int(dsize[1])), _FILTERS.get(interpolation, Image.BILINEAR)))
            for c in chans]
-    out = out[0] if img.ndim == 2 else np.stack(out, axis=2)
+    # OpenCV drops a single channel: an HxWx1 image comes back HxW
+    out = out[0] if img.ndim == 2 or img.shape[2] == 1 else np.stack(out, axis=2)
     return out.astype(img.dtype)
 
 
