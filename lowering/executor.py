@@ -634,6 +634,8 @@ class Executor:
         elif feed.__class__ is not dict:
             if isinstance(feed, (list, tuple)) and len(feed) == 1 and isinstance(feed[0], Mapping):
                 feed = feed[0]  # Fluid 1.x: one feed dict per place, and this run has one place
+            elif isinstance(feed, (list, tuple)) and len(feed) > 1 and hasattr(program, "place_feeds"):
+                feed = program.place_feeds(feed)   # one dict per device of a data-parallel run
             if not isinstance(feed, Mapping):
                 raise FeedError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
             feed = dict(feed)

@@ -32,27 +32,33 @@ silently ignored (on one device it is the same as True and is accepted: YOLOv3 s
 Batches: a fed batch must divide by the number of devices (by the local ones in a multi-process
 run, where each process feeds its own shard): otherwise a :class:`~fluidjax.FeedError` — padding
 would change every mean over the batch. Fetches come back whole (replicated), as one device would
-return them. LoD (variable-length) feeds are not split: a FeedError says so.
+return them.
+
+LoD (variable-length) feeds: the step is a ``shard_map`` in which every device runs the
+one-device step on its own share of the top-level sequences (Paddle's split rule,
+``lod_split.py``), each parameter's gradient is averaged over the devices where the op making it
+stores it (``BuildStrategy.gradient_scale_strategy``: CoeffNumDevice averages, One and Customized
+sum), and per-device fetches are merged as Paddle merges them (see docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import threading
 import weakref
 from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-import jax.numpy as jnp
 
 from ..ir.errors import FeedError, NotOfferedError
 from ..ir.program import Program
 from . import flags
 from .feeds import _read_as_rows
-from .lod_split import host_feed, merge_fetch, paddle_shares, share_sizes, split_host, stack_shares
+from .lod_split import host_feed, merge_fetch, merge_place_feeds, paddle_shares, share_sizes, split_host, stack_shares
 from .lod_value import LoDValue
 
 AXIS = "dp"                                # the mesh's one axis: the devices a batch is split over
@@ -62,6 +68,9 @@ GRAD_SUFFIX = "@GRAD"
 _NOT_ACCUMULATORS = frozenset({"Param", "Grad", "LearningRate", "SkipUpdate"})
 
 _compiled_ids = itertools.count(1)
+# {name: shares per device} of a feed given as one dict per device (CompiledProgram.place_feeds),
+# taken by the step it feeds (this thread's next per-device step).
+_place_shares = threading.local()
 
 
 class BuildStrategy:
@@ -81,8 +90,10 @@ class BuildStrategy:
         Reduce = 1
 
     class GradientScaleStrategy:
-        """Fluid's ``BuildStrategy.GradientScaleStrategy`` (accepted; the gradients are always the
-        whole batch's loss's, as one device computes them)."""
+        """Fluid's ``BuildStrategy.GradientScaleStrategy``. A run with LoD feeds (one share of the
+        sequences per device) honours it: CoeffNumDevice averages the devices' gradients (each
+        device's loss gradient 1/n, summed), One and Customized sum them. Without LoD feeds the
+        step is the whole batch's math, and the gradients are the whole batch's loss's."""
         CoeffNumDevice = 0
         One = 1
         Customized = 2
@@ -213,6 +224,23 @@ class CompiledProgram:
         self._loss_name = loss_name
         self._mesh = Mesh(np.array(devices, dtype=object), (AXIS,))
         return self
+
+    def place_feeds(self, feeds: Sequence[dict]) -> dict:
+        """Fluid's feed form of one dict per device (``exe.run(compiled, feed=[d0, d1, ...])``): the
+        dicts joined into one feed, and each device given exactly its own dict's sequences (rows)
+        on the run's next step, instead of Paddle's even split (``lod_split.merge_place_feeds``)."""
+        if self._mesh is None:
+            raise FeedError(f"feed is a list of {len(feeds)} dicts (one per device), but this CompiledProgram "
+                            "runs on one device: call with_data_parallel() first, or feed one dict")
+        if not all(isinstance(f, dict) for f in feeds):
+            raise FeedError("feed: a list feed must hold one dict per device")
+        local = sum(d.process_index == jax.process_index() for d in self._mesh.devices.flat)
+        if len(feeds) != local:
+            raise FeedError(f"feed is a list of {len(feeds)} dicts, but this data-parallel run has {local} devices "
+                            "(in this process): give one dict per device")
+        merged, shares = merge_place_feeds(feeds)
+        _place_shares.value = shares
+        return merged
 
     def _compile_step(self, executor, plan):
         """The step of ``plan`` (made by ``executor`` for this program): sharded over the mesh."""
@@ -357,6 +385,11 @@ class ShardedStep:
         if self.per_device:
             feeds = self._split_feeds(feeds)
             return _placed(mutable, self.mutable), _placed(const, self.const), feeds, seed
+        given = getattr(_place_shares, "value", None)
+        _place_shares.value = None
+        if given and any(len(set(shares)) > 1 for shares in given.values()):
+            raise FeedError(f"feed: the per-device dicts give different numbers of rows ({given}); a run without LoD "
+                            "feeds splits the joined batch evenly, so give every device as many rows")
         n = self.local_devices
         for name, value, batched in zip(self.plan.feed_names, feeds, self.batched):
             if value.__class__ is LoDValue:
@@ -387,6 +420,14 @@ class ShardedStep:
             raise ValueError(f"BuildStrategy.gradient_scale_strategy must be CoeffNumDevice (0), One (1) or "
                              f"Customized (2), got {gradient_scale!r}")
         plan = self.plan
+        for op in plan.ops:
+            if op.type in ("batch_norm", "sync_batch_norm") and not op.attrs.get("is_test", False) \
+                    and not op.attrs.get("use_global_stats", False):
+                raise NotOfferedError(
+                    f"op {op.type!r} at {op.location} trains on batch statistics, and this data-parallel run has LoD "
+                    "feeds (each device runs its own share of the sequences): the statistics would be each "
+                    "device's (Paddle's ParallelExecutor without sync_batch_norm), not the global batch's that "
+                    "BuildStrategy.sync_batch_norm promises. Run the program on one device, or feed it without LoD")
         self.gradient_scale = gradient_scale
         self.grad_constraints = {}
         self.gathered = frozenset()
@@ -404,7 +445,6 @@ class ShardedStep:
         self.fetch_split = tuple(n_ not in self.independent for n_ in plan.fetch_names)
         self.feeds = tuple(NamedSharding(self.mesh, PartitionSpec(AXIS)) if s else self.replicated
                            for s in self.stacked)
-        self.place_shares = None      # {name: shares} of a one-dict-per-place feed, for the next call
 
     def _jit_per_device(self, step):
         """The step as ``shard_map`` over the mesh: every device runs the one-device step on its
@@ -455,7 +495,8 @@ class ShardedStep:
         process's devices, padded to shared buckets and stacked (``lowering/lod_split.py``)."""
         names = self.plan.feed_names
         n = self.local_devices
-        given, self.place_shares = self.place_shares, None
+        given = getattr(_place_shares, "value", None)
+        _place_shares.value = None
         hosts, shares = [], []
         for name, value, var, s in zip(names, feeds, self.feed_vars, self.stacked):
             if not s:
