@@ -109,7 +109,9 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
                 elif (plain_rows is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
                         and v.shape[0] == plain_rows[1] and not _declared_lod(op, name)):
                     # a plain result of the padded rows: its real count is the plain input's
-                    v = LoDValue(v, (jnp.asarray([0, plain_rows[0]], jnp.int32),))
+                    # (a count known while tracing: kept concrete, so shape() of it folds)
+                    with jax.ensure_compile_time_eval():
+                        v = LoDValue(v, (jnp.asarray([0, plain_rows[0]], jnp.int32),))
                 elif (slot in PLAIN_ROW_OUTPUTS.get(op.type, ()) and lod_source is not None
                         and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
                         and v.shape[0] == lod_source.data.shape[0] and not _declared_lod(op, name)):
@@ -209,6 +211,9 @@ def _mixes_rows(op, value) -> bool:
 _ROW_ALIGNED: dict[str, frozenset | None] = {
     t + g: None for t in ("sum", "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
                           "elementwise_max", "elementwise_min") for g in ("", "_grad")}
+# comparisons take rows as the arithmetic does (TagSpace: less_than(cos_neg, cos_pos)); no gradient
+_ROW_ALIGNED.update({t: None for t in ("less_than", "less_equal", "greater_than", "greater_equal", "equal",
+                                       "not_equal")})
 _ROW_ALIGNED.update({"gru_unit": frozenset({"Weight", "Bias"}), "lstm_unit": frozenset(),
                      "gru_unit_grad": frozenset({"Weight", "Bias", "Weight@GRAD", "Bias@GRAD"}),
                      "lstm_unit_grad": frozenset()})

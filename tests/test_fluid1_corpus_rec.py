@@ -436,3 +436,65 @@ def test_dqn_pairing_sees_the_accumulator_names_paddle_gives():
     got, want = names(ours), names(theirs)
     assert got == want
     assert len([n for n in got if "policy" in n]) == 2 + 2 * 4 and len([n for n in got if "target" in n]) == 2
+
+
+def test_tagspace_hinge_loss_through_padded_sequences_as_jax_grad():
+    """TagSpace's loss, small: cos_sim of padded sequence rows (neg tags against the expanded text),
+    sequence_reshape + reduce_max, fill_constant([shape(x)[0], 1]) of values whose rows a plain
+    input pins (static), elementwise_max and less_than of a padded value with a plain one. Padding
+    rows (zeros) must give no NaN. Checked against the same function written in JAX (jax.grad for
+    one SGD step); Paddle 2.6.2 has no cos_sim."""
+    import jax
+    import jax.numpy as jnp
+    margin, neg = 0.1, 2
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        text = fluid.data(name="text", shape=[None, 1], lod_level=1, dtype="int64")
+        pos = fluid.data(name="pos", shape=[None, 1], lod_level=1, dtype="int64")
+        negt = fluid.data(name="neg", shape=[None, 1], lod_level=1, dtype="int64")
+        emb = lambda v, table, n: fluid.layers.squeeze(fluid.embedding(input=v, size=[n, 5], param_attr=table), axes=[1])
+        te, pe, ne = emb(text, "text_emb", 30), emb(pos, "tag_emb", 10), emb(negt, "tag_emb", 10)
+        hid = fluid.layers.fc(fluid.layers.sequence_pool(te, "max"), size=5, param_attr="w", bias_attr="b")
+        cos_pos = fluid.layers.cos_sim(pe, hid)
+        cos_neg_all = fluid.layers.sequence_reshape(
+            fluid.layers.cos_sim(ne, fluid.layers.sequence_expand_as(hid, ne)), new_dim=neg)
+        cos_neg = fluid.layers.reduce_max(cos_neg_all, dim=1, keep_dim=True)
+        part1 = fluid.layers.elementwise_sub(fluid.layers.fill_constant(
+            shape=[fluid.layers.shape(cos_pos)[0], 1], value=margin, dtype="float32"), cos_pos)
+        part2 = fluid.layers.elementwise_add(part1, cos_neg)
+        part3 = fluid.layers.elementwise_max(fluid.layers.fill_constant(
+            shape=[fluid.layers.shape(part2)[0], 1], value=0.0, dtype="float32"), part2)
+        loss = fluid.layers.mean(part3)
+        correct = fluid.layers.reduce_sum(fluid.layers.cast(fluid.layers.less_than(cos_neg, cos_pos), "float32"))
+        fluid.optimizer.SGD(0.5).minimize(loss)
+    rs = np.random.RandomState(2)
+    lengths = [2, 3, 4, 3, 2]
+    ids, tags, negs = rs.randint(0, 30, (sum(lengths), 1)), rs.randint(0, 10, (5, 1)), rs.randint(0, 10, (5 * neg, 1))
+    lod = lambda a, lens: fluid.create_lod_tensor(a.astype("int64"), [lens], fluid.CPUPlace())
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    names = ["text_emb", "tag_emb", "w", "b"]
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        p0 = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+        got_loss, got_correct = exe.run(main, feed={"text": lod(ids, lengths), "pos": lod(tags, [1] * 5),
+                                                    "neg": lod(negs, [neg] * 5)}, fetch_list=[loss, correct])
+        p1 = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+    starts = np.cumsum([0] + lengths)
+
+    def cos(a, b):
+        return (a * b).sum(-1) / (jnp.linalg.norm(a, axis=-1) * jnp.linalg.norm(b, axis=-1))
+
+    def reference(p):
+        rows = p["text_emb"][ids[:, 0]]
+        h = jnp.stack([rows[a:b].max(0) for a, b in zip(starts[:-1], starts[1:])]) @ p["w"] + p["b"]
+        cp = cos(p["tag_emb"][tags[:, 0]], h)
+        cn = cos(p["tag_emb"][negs[:, 0]].reshape(5, neg, -1), h[:, None, :]).max(1)
+        return jnp.maximum(0.0, margin - cp + cn).mean(), (cn < cp).sum()
+
+    (want_loss, want_correct), grads = jax.value_and_grad(reference, has_aux=True)(
+        {n: jnp.asarray(v) for n, v in p0.items()})
+    np.testing.assert_allclose(np.asarray(got_loss).ravel(), [float(want_loss)], rtol=1e-5)
+    assert float(np.asarray(got_correct).ravel()[0]) == float(want_correct)
+    for n in names:
+        assert np.isfinite(p1[n]).all()
+        np.testing.assert_allclose(p1[n], p0[n] - 0.5 * np.asarray(grads[n]), rtol=1e-4, atol=1e-6)

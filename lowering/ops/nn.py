@@ -384,7 +384,19 @@ def cos_sim(ctx):
         x, y = (x[:rows], y) if slot == "X" else (x, y[:rows])
     x2 = x.reshape((x.shape[0], -1))
     y2 = y.reshape((y.shape[0], -1))
-    xn = jnp.sqrt(jnp.sum(x2 * x2, axis=1, keepdims=True))
-    yn = jnp.sqrt(jnp.sum(y2 * y2, axis=1, keepdims=True))
+    xx = jnp.sum(x2 * x2, axis=1, keepdims=True)
+    yy = jnp.sum(y2 * y2, axis=1, keepdims=True)
+    real = None
+    if ctx.real_rows is not None:
+        # a sequence's padding rows are zeros: their 0/0 (and sqrt'(0) in the gradient) must not
+        # become a NaN that a later masked sum (x * 0) or max carries into real results: padding
+        # rows give 0 and no gradient
+        real = (jnp.arange(xx.shape[0]) < ctx.real_rows)[:, None]
+        one = jnp.ones((), xx.dtype)
+        xx = jnp.where(real, xx, one)
+        yy = jnp.where(real, yy, one) if yy.shape[0] == xx.shape[0] else yy
+    xn, yn = jnp.sqrt(xx), jnp.sqrt(yy)
     out = jnp.sum(x2 * y2, axis=1, keepdims=True) / (xn * yn)
+    if real is not None:
+        out = jnp.where(real, out, jnp.zeros((), out.dtype))
     return {"Out": out, "XNorm": xn, "YNorm": yn}

@@ -164,6 +164,12 @@ def _shape_shape(ctx: InferShapeContext) -> None:
 def shape(ctx):
     """The shape of Input as a 1-d int32 tensor (of a counted value: its real row count first)."""
     x = ctx.input("Input")
+    if is_counted(x) and not isinstance(x.offsets[-1], jax.core.Tracer):
+        # a count known while tracing (the rows a plain input pinned, lower._strip_lod): static,
+        # so downstream shape arithmetic folds (fill_constant([shape(x)[0], 1]))
+        with jax.ensure_compile_time_eval():
+            count = int(count_of(x))
+        return {"Out": np.asarray((count,) + tuple(x.shape[1:]), np.int32)}
     if is_counted(x):
         return {"Out": jnp.asarray(x.shape, jnp.int32).at[0].set(count_of(x))}
     # A NumPy array: the shape is static, and downstream shape arithmetic can fold (lower.run_op).
