@@ -216,6 +216,11 @@ def install() -> None:
     Variable.__hash__ = object.__hash__
     Variable.__getitem__ = _sugar(_getitem)
     Variable.__neg__ = _sugar(lambda self, _: _scale(self, -1.0))
+    astype = _sugar(lambda self, dtype: layers.cast(self, dtype))
+    astype.__name__ = "astype"
+    astype.__doc__ = ("``self`` cast to ``dtype`` (a ``cast`` op), Fluid 1.x's ``Variable.astype`` "
+                      "(``layers.argmax(x, 1).astype('int32')``).")
+    Variable.astype = astype
 
 
 install()

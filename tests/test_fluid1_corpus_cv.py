@@ -205,3 +205,20 @@ def test_py_reader_slot_takes_images_of_their_own_size():
         x = fluid.layers.data("x", shape=[2], dtype="float32")
         with pytest.raises(fluid.FeedError, match="has shape"):
             fluid.DataFeeder([x], fluid.CPUPlace()).feed([([1.0, 2.0, 3.0],)])
+
+
+def test_variable_astype_is_a_cast():
+    """deeplabv3+/train.py: ``fluid.layers.argmax(logit, axis=1).astype('int32')``."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3, 2], dtype="float32")
+        pred = fluid.layers.argmax(x, axis=1).astype("int32")
+        half = (x * 2).astype("float64")
+    assert pred.dtype == "int32" and half.dtype == "float64"
+    assert [op.type for op in main.global_block().ops].count("cast") == 2
+    feed = {"x": np.random.RandomState(6).randn(2, 3, 2).astype("float32")}
+    ours, theirs = _run_both(main, startup, feed, [pred, half])
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[0], feed["x"].argmax(1).astype("int32"))
+    assert ours[1].dtype == np.float64
+    np.testing.assert_allclose(ours[1], theirs[1])
