@@ -536,10 +536,12 @@ def optimize_inference(program: Program, scope: Scope | None = None, *, fold: bo
 
 def recommended_xla_flags() -> str:
     """``XLA_FLAGS`` worth trying for CNN inference on CPU: XLA's YNNPACK library for convolutions
-    and matrix products. On a 2-core AVX2 machine the effect was mixed (``docs/inference.md``:
-    ResNet-18 faster at batch 8, slower at batch 1; MobileNetV2 faster at batch 1), so they are
-    not applied by default: measure your model with and without. They only take effect when set before JAX initializes its CPU
-    backend, e.g. ``XLA_FLAGS="$(python -c 'import fluidjax.passes as p;
-    print(p.recommended_xla_flags())')" python serve.py``.
+    and matrix products. With jax/jaxlib 0.10.2 XLA already runs convolutions through YNNPACK by
+    default, so only the matrix-product part is new; on the 2-core Xeon it did not reduce the work
+    of ResNet-18 or MobileNetV2 (``docs/inference.md``, "XLA:CPU options"), so it is not applied
+    by default: measure your model with and without (``benchmarks/inference.py --sweep``). Flags
+    only take effect when set before JAX initializes its CPU backend, e.g.
+    ``XLA_FLAGS="$(python -c 'import fluidjax.passes as p; print(p.recommended_xla_flags())')"
+    python serve.py``.
     """
     return "--xla_cpu_experimental_ynn_fusion_type=individual_convolution,individual_dot"
