@@ -106,6 +106,7 @@ def _paddle_train_from_dataset(program_bytes, startup_params, files, names, batc
     # which fluidjax's proto package (the repository root is on sys.path) would answer
     import paddle.base.proto as paddle_proto
     monkeypatch.setitem(sys.modules, "proto", paddle_proto)
+    monkeypatch.chdir(os.path.dirname(files[0]))     # Paddle writes <id>_train_desc.prototxt there
     prog = po.parse(program_bytes)
     scope = paddle.static.Scope()
     exe = paddle.static.Executor(paddle.CPUPlace())
