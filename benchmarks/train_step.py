@@ -14,7 +14,14 @@ JAX's CPU client reports no memory statistics.
 
 LeNet: the step of ``train_step_lenet.py`` (batch 64, Adam), in the same run.
 
+The per-run floor (``--ratio``): the batch-64 step only, fluidjax's ``exe.run`` and
+``exe.prepare``'d step against hand-written JAX, in ``--repeats`` passes of ``--steps`` interleaved
+calls each (the sides take turns call by call, in an order that rotates); it prints each pass's
+medians and ratios, then the median ratio over the passes and its spread (min..max). Target:
+fluidjax/JAX <= 1.05 (docs/reliability.md, "The per-run floor").
+
     python benchmarks/train_step.py [--steps N] [--skip-memory] [--skip-lenet]
+    python benchmarks/train_step.py --ratio [--repeats 9] [--steps 200]
 """
 
 from __future__ import annotations
@@ -52,8 +59,9 @@ def batches(batch: int, count: int, seed=1):
 
 
 # -- fluidjax ------------------------------------------------------------------------------------
-def fluidjax_trainer(sizes, params=None):
-    """A step function; ``params`` None keeps the startup program's own (Xavier) initial values."""
+def fluidjax_trainer(sizes, params=None, prepared=False):
+    """A step function; ``params`` None keeps the startup program's own (Xavier) initial values.
+    ``prepared``: the step calls an ``exe.prepare``'d step instead of ``exe.run``."""
     import fluidjax as fj
     from fluidjax import layer
     from fluidjax.frontend import optimizer
@@ -73,9 +81,17 @@ def fluidjax_trainer(sizes, params=None):
     for name, value in (params or {}).items():
         scope.var(name).get_tensor().set(value)
 
-    def step(x, y):
-        return exe.run(main, feed={"x": x, "y": y}, fetch_list=[cost], scope=scope)[0]
+    if prepared:
+        run = exe.prepare(main, feed={"x": np.zeros((64, sizes[0]), np.float32), "y": np.zeros((64, 1), np.int64)},
+                          fetch_list=[cost], scope=scope)
 
+        def step(x, y):
+            return run({"x": x, "y": y})[0]
+    else:
+        def step(x, y):
+            return exe.run(main, feed={"x": x, "y": y}, fetch_list=[cost], scope=scope)[0]
+
+    step.executor = exe
     return step
 
 
@@ -139,6 +155,38 @@ def time_steps(steps: int) -> None:
         np.testing.assert_allclose(first["fluidjax"], first["paddle"], rtol=1e-4)
         n = steps if batch <= 64 else max(steps // 2, 20)
         print(row(batch, compare(runners, data, n)))
+
+
+def floor_ratio(repeats: int, steps: int) -> None:
+    """The per-run floor: the batch-64 step of exe.run / exe.prepare vs hand-written JAX, in
+    ``repeats`` interleaved passes; each pass's medians, then the median ratio and its spread."""
+    import statistics
+
+    import jax
+
+    from timing import interleaved_medians
+
+    params = initial_params(SIZES)
+    data = batches(64, 8)
+    runners = {"exe.run": fluidjax_trainer(SIZES, params), "prepared": fluidjax_trainer(SIZES, params, prepared=True),
+               "jax": jax_trainer(SIZES, params)}
+    first = {k: [float(r(x, y)) for x, y in data[:3]] for k, r in runners.items()}
+    for k in first:
+        np.testing.assert_allclose(first[k], first["jax"], rtol=1e-4)
+    print(f"device: {jax.devices()[0]} ({os.cpu_count()} CPUs); MLP {'-'.join(map(str, SIZES))} Adam step, batch 64; "
+          f"{repeats} passes of {steps} interleaved calls per side; median microseconds per call")
+    print(f"{'pass':>4} {'exe.run':>9} {'prepared':>9} {'jax':>9} {'run/jax':>8} {'prep/jax':>9}")
+    ratios: dict[str, list] = {"exe.run": [], "prepared": []}
+    for i in range(repeats):
+        ms = interleaved_medians(runners, data, steps, warmup=20)
+        for k in ratios:
+            ratios[k].append(ms[k] / ms["jax"])
+        print(f"{i:>4} {ms['exe.run'] * 1e3:>9.1f} {ms['prepared'] * 1e3:>9.1f} {ms['jax'] * 1e3:>9.1f} "
+              f"{ratios['exe.run'][-1]:>8.3f} {ratios['prepared'][-1]:>9.3f}")
+    fast = {k: r.executor.fast_run_count for k, r in runners.items() if hasattr(r, "executor")}
+    for k, values in ratios.items():
+        print(f"{k}/jax: median {statistics.median(values):.3f}, spread {min(values):.3f}..{max(values):.3f}")
+    print(f"fast-path runs: {fast} (of {repeats * (steps + 20) + 3} calls each)")
 
 
 # -- memory -----------------------------------------------------------------------------------------
@@ -219,9 +267,14 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-lenet", action="store_true")
     parser.add_argument("--memory-child", choices=["fluidjax", "jax"])
+    parser.add_argument("--ratio", action="store_true", help="only the per-run floor: exe.run / prepare vs JAX")
+    parser.add_argument("--repeats", type=int, default=9, help="interleaved passes of --ratio")
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child, args.memory_steps)
+        return
+    if args.ratio:
+        floor_ratio(args.repeats, args.steps)
         return
     time_steps(args.steps)
     if not args.skip_lenet:

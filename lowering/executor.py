@@ -13,6 +13,8 @@ A block lowers to ``step(mutable_state, const_state, feeds, seed) -> (new_state,
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import secrets
 import sys
 import threading
@@ -95,9 +97,9 @@ def _run_in_progress(lock) -> bool:
     raised by a signal handler between the mark and its removal can leave a stale mark, which
     must not refuse later runs."""
     frame = sys._getframe(2)
-    code = Executor.run.__code__
+    codes = (Executor.run.__code__, Executor._run_fast.__code__)
     while frame is not None:
-        if frame.f_code is code and frame.f_locals.get("lock") is lock:
+        if frame.f_code in codes and frame.f_locals.get("lock") is lock:
             return True
         frame = frame.f_back
     return False
@@ -150,6 +152,14 @@ class _Plan:
     # run's effects happen once, for the attempt that commits (lowering/effects.py).
     effects: bool = False
     reruns: bool = False                   # the step checks a room or bound: a run may be done again
+    # The prepared fast path (Executor._run_fast): per feed (name, dtype, host checks), or None when a
+    # run of this plan needs more than those checks (host ops, effects, a while loop, LoD feeds, a
+    # data-parallel step): see _fast_specs. fast_dims: per feed (dims after the first, rank, whether an
+    # empty batch is refused), checked once per set of shapes; fast_shapes: the shapes (plan.mem_shape)
+    # that passed.
+    fast: tuple | None = None
+    fast_dims: tuple = ()
+    fast_shapes: Any = None
 
 
 class Executor:
@@ -173,6 +183,7 @@ class Executor:
         self._programs: weakref.WeakSet = weakref.WeakSet()
         weakref.finalize(self, _forget_plans, self._token, self._programs)
         self.trace_count = 0  # how many times a step function was traced (tests check caching)
+        self.fast_run_count = 0  # how many runs took the prepared fast path (_run_fast; tests check it)
 
     # -- public ---------------------------------------------------------------------------------
     def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
@@ -199,6 +210,22 @@ class Executor:
         """
         program = default_main_program() if program is None else program
         scope = global_scope() if scope is None else scope
+        # The fast path: a call whose program version, feed names and fetch names have a plan that
+        # needs nothing but plain feed checks (plan.fast), and whose scope is the one that plan ran on
+        # last, skips the general preparation (see _run_fast; docs/reliability.md, "The per-run floor").
+        if feed.__class__ is dict and scope.__class__ is Scope and (fetch_list is None or fetch_list.__class__
+                                                                     is list or fetch_list.__class__ is tuple):
+            try:
+                items = fetch_list or ()       # (a name is a str's own, a Variable's .name: see _fetch_name)
+                names = tuple(map(getattr, items, _NAME, items))
+                plan = program._executor_calls.get((self._token, program._version, tuple(feed), names, flags.mode))
+            except (AttributeError, TypeError):   # a program never run, an unhashable name: the slow path
+                plan = None
+            if plan is not None and plan.fast is not None and plan.program is program and not program.run_hooks \
+                    and not feed_sources.any_started():
+                out = self._run_fast(plan, scope, feed, return_numpy)
+                if out is not _SLOW:
+                    return out
         if isinstance(feed, (list, tuple)) and len(feed) == 1 and isinstance(feed[0], Mapping):
             feed = feed[0]      # Fluid's DataLoader yields one feed dict per place: one place here
         if scope.__class__ is not Scope and not isinstance(scope, Scope):
@@ -324,6 +351,146 @@ class Executor:
                 print(f"time: [{time.strftime('%Y-%m-%d %H:%M:%S')}], batch: [{number}], " + ", ".join(parts),
                       flush=True)
 
+    def _run_fast(self, plan: _Plan, scope: Scope, feed: dict, return_numpy: bool):
+        """A run of a call seen before (``plan``'s program version, feed and fetch names) on the scope
+        ``plan`` ran on last, with feeds of the last run's shapes: the prepared fast path. It keeps
+        every guarantee of :meth:`run` -- feeds checked (dtype, rank, dims, fed indices, empty
+        batches), the scope's lock, the reentrancy refusal, signals deferred over the commit window,
+        a failed step leaving the scope as it was -- and skips only what such a call cannot need
+        (readers, run hooks, LoD feeds, host ops, effects, the memory check of a new shape). Returns
+        ``_SLOW``, having changed nothing, when the call needs the general path."""
+        # Only the last run's shapes (plan.mem_shape, set by every run of other shapes, _check_memory):
+        # their memory need is known and quiet, and under FLAGS_bucket_sequences that run's dense feeds
+        # were fed as they came (a feed bucketed as counted rows is a LoDValue there, whose memory
+        # key no tuple of shapes equals), so bucket_sequence_rows has nothing to do here either.
+        # Those shapes are checked against the declarations once (_fast_shapes_ok), then compared.
+        shapes = plan.mem_shape
+        if shapes is not plan.fast_shapes and not _fast_shapes_ok(plan, shapes) or plan.mem_need > plan.quiet_below:
+            return _SLOW
+        feeds = []
+        i = 0
+        for name, want, host_checks in plan.fast:
+            value = feed[name]
+            if value.__class__ is not np.ndarray or value.shape != shapes[i] or (value.dtype is not want
+                                                                                 and value.dtype != want):
+                return _SLOW                     # (check_feed converts it, or refuses it by name)
+            for check in host_checks:
+                check(value)
+            feeds.append(value)
+            i += 1
+        if self._device is not None:
+            feeds = jax.device_put(feeds, self._device)
+        committed = False
+        failed = None
+        lock = scope._lock if scope.parent is None else _state_lock(scope)
+        try:
+            with lock:
+                me = _get_ident()
+                if _running.get(lock) == me and _run_in_progress(lock):
+                    raise ReentrantRunError(_REENTRANT)
+                try:
+                    # Marked before the state is read: a handler's run from here on is refused
+                    # (it would donate the buffers this run has read).
+                    _running[lock] = me
+                    binding = plan.last_scope
+                    if binding is None or binding[0]() is not scope or plan.committed_scope() is not scope:
+                        return _SLOW             # another scope ran last: bound by the general path
+                    mutable = tuple(map(_value_of, binding[1]))
+                    const = tuple(map(_value_of, binding[2]))
+                    if not {*map(type, mutable), *map(type, const)} <= _DEVICE_ARRAYS:
+                        return _SLOW             # a value set from NumPy: put on the device there
+                    program = plan.program
+                    seed = None
+                    if plan.random:
+                        seed = np.array([program.random_seed or self._default_seed, self._runs.get(program._uid, 0)],
+                                        np.uint32)
+                    args = (mutable, const, tuple(feeds), seed)
+                    self.fast_run_count += 1
+                    with _DEFERRED:
+                        try:
+                            if plan.has_checks or self._device is not None:
+                                fetches, failed = self._execute(program, scope, plan, args)
+                            else:     # _execute's common case, inline
+                                try:
+                                    new_state, fetches = plan.step(*args)
+                                except BaseException as exc:
+                                    error = self._step_error(plan, args, exc)
+                                    if error is None:
+                                        raise
+                                    raise error from exc
+                                for tensor, value in zip(binding[3], new_state):
+                                    if value.__class__ is LoDValue:
+                                        _store_lod_value(tensor, value)
+                                    else:
+                                        tensor._value = value
+                                if plan.random:
+                                    self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
+                            committed = failed is None
+                        finally:
+                            _running.pop(lock, None)   # before the deferred handlers run: they may run
+                finally:
+                    _running.pop(lock, None)
+            if failed is not None:
+                raise failed
+            if return_numpy:
+                return [fetched_array(to_host(v)[0] if v.__class__ is LoDValue else v) for v in fetches]
+            return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue and _declares_lod(program, name)
+                    else LoDTensor(to_host(v)[0] if v.__class__ is LoDValue else v)
+                    for v, name in zip(fetches, plan.fetch_names)]
+        except BaseException as exc:
+            # As in run: anything raised once the state is committed says so.
+            if not committed:
+                raise
+            try:
+                on_device = isinstance(exc, jax.errors.JaxRuntimeError)
+                if not on_device:
+                    exc.add_note(_COMMITTED_NOTE)
+            except BaseException as again:
+                again.add_note(_COMMITTED_NOTE)
+                raise
+            if on_device:
+                raise self._failed_on_device(plan, scope, exc) from exc
+            raise
+
+    def prepare(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
+                fetch_list: Sequence[Variable | str] | None = None, scope: Scope | None = None,
+                return_numpy: bool = True) -> "PreparedStep":
+        """A callable ``step(feed) -> fetches`` that runs ``program`` on ``scope`` with ``fetch_list``,
+        as :meth:`run` does, with the same guarantees (a transaction; feeds checked; Ctrl-C deferred
+        over the commit; exactly-once effects), and the least work per call.
+
+        ``feed`` is an example feed: a dict of the data variables' names to arrays, or to shape
+        specs (``jax.ShapeDtypeStruct``, or a ``(shape, dtype)`` pair) standing for them. It is
+        checked now, as a run checks its feed, so a wrong name, dtype or shape is refused here;
+        nothing runs, nothing compiles and the scope is not touched. A later feed of another
+        shape or dtype is checked (and compiled) as ``run`` would; so is a program changed since.
+
+        >>> # step = exe.prepare(main, feed={"x": xs, "y": ys}, fetch_list=[loss])
+        >>> # for xs, ys in batches:
+        >>> #     loss_value, = step({"x": xs, "y": ys})
+        """
+        program = default_main_program() if program is None else program
+        scope = global_scope() if scope is None else scope
+        if not isinstance(scope, Scope):
+            raise TypeError(f"Executor.prepare expects a fluidjax Scope, got {type(scope).__name__}")
+        example = {}
+        for name, value in (feed or {}).items():
+            if isinstance(value, jax.ShapeDtypeStruct):
+                value = np.zeros(value.shape, value.dtype)
+            elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], (tuple, list)):
+                value = np.zeros(value[0], value[1])
+            example[name] = value
+        if fetch_list is None:
+            fetch_names = ()
+        elif isinstance(fetch_list, (str, Variable)):
+            fetch_names = (_fetch_name(fetch_list),)
+        else:
+            fetch_names = tuple(_fetch_name(f) for f in fetch_list)
+        with _state_lock(scope):
+            plan = self._slow_plan(program, example, fetch_names)
+            self._check_feeds(plan, example)        # a FeedError now, naming the variable
+        return PreparedStep(self, program, scope, tuple(example), fetch_names, return_numpy)
+
     def _execute(self, program: Program, scope: Scope, plan: _Plan, args: tuple, careful: bool = False,
                  outs: Any = None):
         """Call the compiled step and commit its state: the window in which signals are deferred.
@@ -334,7 +501,6 @@ class Executor:
         so it runs without donation and is waited for before anything is committed. ``outs``:
         the outputs of an interruptible step, run already (``_call_interruptible``).
         """
-        mutable = args[0]
         step = plan.step
         if careful and outs is None:
             if plan.kept_step is None:
@@ -351,19 +517,10 @@ class Executor:
             if careful:
                 jax.block_until_ready(outs)
         except BaseException as exc:
-            lost = [n for n, v in zip(plan.mutable_state, mutable) if isinstance(v, jax.Array) and v.is_deleted()]
-            oom = _out_of_memory(exc)
-            if lost:
-                raise (ResourceExhaustedError if oom else OpRuntimeError)(
-                    f"the run failed after its state was handed to XLA, which freed it: the scope's values "
-                    f"of {lost} are lost (reload them from a checkpoint). The failure: "
-                    f"{type(exc).__name__}: {exc}") from exc
-            if oom:
-                raise ResourceExhaustedError(
-                    f"XLA ran out of memory running the step ({self._need_text(plan, args)}). The step ran "
-                    f"without donation, so nothing was lost: the scope is as it was before the run. The failure: "
-                    f"{type(exc).__name__}: {exc}") from exc
-            raise
+            error = self._step_error(plan, args, exc)
+            if error is None:
+                raise
+            raise error from exc
         if plan.has_checks:
             new_state, fetches, oks, values = outs
             oks = np.asarray(oks)
@@ -397,6 +554,23 @@ class Executor:
         if plan.random:
             self._runs[program._uid] = self._runs.get(program._uid, 0) + 1
         return fetches, None
+
+    def _step_error(self, plan: _Plan, args: tuple, exc: BaseException) -> BaseException | None:
+        """The error to raise for ``exc``, raised by calling ``plan``'s step with ``args``: what was
+        lost when XLA had freed the donated state, or that XLA ran out of memory; None: ``exc`` itself."""
+        lost = [n for n, v in zip(plan.mutable_state, args[0]) if isinstance(v, jax.Array) and v.is_deleted()]
+        oom = _out_of_memory(exc)
+        if lost:
+            return (ResourceExhaustedError if oom else OpRuntimeError)(
+                f"the run failed after its state was handed to XLA, which freed it: the scope's values "
+                f"of {lost} are lost (reload them from a checkpoint). The failure: "
+                f"{type(exc).__name__}: {exc}")
+        if oom:
+            return ResourceExhaustedError(
+                f"XLA ran out of memory running the step ({self._need_text(plan, args)}). The step ran "
+                f"without donation, so nothing was lost: the scope is as it was before the run. The failure: "
+                f"{type(exc).__name__}: {exc}")
+        return None
 
     def _call_interruptible(self, plan: _Plan, args: tuple):
         """Run the step of a plan with a ``while`` loop so that Ctrl-C can abandon it (see
@@ -746,6 +920,7 @@ class Executor:
             for store in (plans, calls):
                 for old in [k for k in store if k[0] is self._token and k[1] != program._version]:
                     del store[old]
+            plan.fast = _fast_specs(plan) if program.__class__ is not CompiledProgram else None
             plans[key] = plan
             self._programs.add(program)
         return plan
@@ -1229,6 +1404,104 @@ def _fast_tail(declared: tuple[int, ...]):
     if len(declared) >= 1 and declared[0] < 0 and all(d >= 0 for d in declared[1:]):
         return tuple(declared[1:])
     return None
+
+
+# What Executor._run_fast returns when a call needs the general path (nothing was changed).
+_SLOW = object()
+_value_of = operator.attrgetter("_value")
+_NAME = itertools.repeat("name")
+_DEFERRED = deferred_signals()     # (holds nothing: one instance serves every window)
+
+
+def _fast_specs(plan: _Plan) -> tuple | None:
+    """``plan.fast``: what the fast path checks per feed, or None when a run of ``plan`` needs the
+    general path every time (host ops, a startup program drawn on the host, host effects, a while
+    loop, a data-parallel step, a LoD feed, a feed whose dims after the first are not all known)."""
+    if plan.host_ops or plan.on_host or plan.effects or plan.interruptible or plan.place_state is not None:
+        return None
+    specs, dims = [], []
+    for name, want, declared, var, host_checks, tail, rank in plan.feed_specs:
+        if var.lod_level or tail is None:
+            return None
+        specs.append((name, want, tuple(_quick_index_check(c, want) for c in host_checks)))
+        dims.append((tail, rank, plan.empty_undefined is not None and name not in plan.unread_feeds))
+    plan.fast_dims, plan.fast_shapes = tuple(dims), None
+    return tuple(specs)
+
+
+def _fast_shapes_ok(plan: _Plan, shapes) -> bool:
+    """Whether the fast path may take feeds of ``shapes`` (``plan.mem_shape``: the last run's): one
+    shape per feed, each of its declared rank and known dims (the fast check of _check_feeds) and not
+    an empty batch where the step refuses one. Remembered (``plan.fast_shapes``) when they may."""
+    if shapes is None or len(shapes) != len(plan.fast_dims):
+        return False
+    for shape, (tail, rank, empty) in zip(shapes, plan.fast_dims):
+        if shape.__class__ is not tuple or len(shape) != rank or shape[1:] != tail or (empty and 0 in shape):
+            return False
+    plan.fast_shapes = shapes
+    return True
+
+
+_max_of = np.maximum.reduce
+
+
+def _quick_index_check(check: HostIndexCheck, want: np.dtype):
+    """``check`` (a fed index array's range check) for the fast path, where the array is a NumPy
+    array of dtype ``want``: one reduction answers the common case (all indices in range: seen as
+    unsigned, a negative index is huge, so ``max < size`` checks both ends); anything else (an
+    empty array, an index out of range, an ignored label) is the full check's, which raises."""
+    spec = check.spec
+    if spec.component is not None or want.kind not in "iu":
+        return check
+    view, size = np.dtype(want.str.replace("i", "u")), spec.size
+
+    def quick(value) -> None:
+        if not (value.size and _max_of(value.view(view), None) < size):
+            check(value)
+
+    return quick
+
+
+class PreparedStep:
+    """What :meth:`Executor.prepare` returns: ``step(feed) -> fetches``, one run per call.
+
+    Calls of the prepared signature (the program unchanged since, feeds of the last call's names,
+    shapes and dtypes, the same scope) take the Executor's fast path; any other call is a plain
+    :meth:`Executor.run` with the same program, scope and fetches (checked, planned and compiled
+    as that run would be). ``step.fetch_names`` lists what each call returns, in order.
+    """
+
+    __slots__ = ("executor", "program", "scope", "feed_names", "fetch_names", "return_numpy", "_key", "_plan")
+
+    def __init__(self, executor: Executor, program, scope: Scope, feed_names: tuple, fetch_names: tuple,
+                 return_numpy: bool) -> None:
+        self.executor, self.program, self.scope = executor, program, scope
+        self.feed_names, self.fetch_names, self.return_numpy = feed_names, fetch_names, return_numpy
+        self._key = self._plan = None
+        self._find_plan()
+
+    def _find_plan(self) -> None:
+        """The plan a run of the prepared signature finds now (None: the next run makes it)."""
+        program, executor = self.program, self.executor
+        self._key = key = (program._version, flags.mode)
+        plan = _plan_store(program)[0].get((executor._token,) + key[:1] + (self.feed_names, self.fetch_names) + key[1:])
+        self._plan = plan if plan is not None and plan.fast is not None and plan.program is program else None
+
+    def __call__(self, feed: Mapping[str, Any]) -> list:
+        plan, program = self._plan, self.program
+        # Exe.run's fast-path test, with the lookup done: the same program version, flags and feed names.
+        if plan is not None and feed.__class__ is dict and program._version == self._key[0] \
+                and flags.mode == self._key[1] and tuple(feed) == self.feed_names and not program.run_hooks \
+                and not feed_sources.any_started():
+            out = self.executor._run_fast(plan, self.scope, feed, self.return_numpy)
+            if out is not _SLOW:
+                return out
+        out = self.executor.run(program, feed, self.fetch_names, self.scope, self.return_numpy)
+        self._find_plan()
+        return out
+
+    def __repr__(self) -> str:
+        return f"PreparedStep(feeds={list(self.feed_names)}, fetches={list(self.fetch_names)})"
 
 
 def _keep_old_unless(ok, new, old):

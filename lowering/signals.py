@@ -30,6 +30,7 @@ _getsignal, _setsignal, _get_ident = _signal.getsignal, _signal.signal, threadin
 _pending: list[tuple[int, object]] = []
 _saved: list[tuple[int, object]] = []    # (signal, the user's handler) while deferred
 _depth = [0]
+_last_swap: list = [None, ()]            # [the watched signals' handlers, the indices of those to swap]
 
 
 def _record(signum, frame) -> None:
@@ -38,7 +39,7 @@ def _record(signum, frame) -> None:
 
 def _restore() -> None:
     _depth[0] = 0
-    while True:
+    while _saved:             # (tested first: a pop of the empty list raising costs more than the swap)
         try:
             sig, handler = _saved.pop()
         except IndexError:    # (a handler put back here ran a deferred window of its own, which
@@ -47,28 +48,37 @@ def _restore() -> None:
 
 
 class deferred_signals:
-    """``with deferred_signals(): ...`` — handlers that would raise are held back until exit."""
+    """``with deferred_signals(): ...`` — handlers that would raise are held back until exit.
 
-    __slots__ = ("_active",)
+    An instance holds nothing (the windows nest by a count): one may be kept and entered again,
+    on any thread (only the main thread's windows defer anything)."""
+
+    __slots__ = ()
 
     def __enter__(self) -> "deferred_signals":
-        self._active = active = _get_ident() == _MAIN
-        if active:
+        if _get_ident() == _MAIN:
             _depth[0] += 1
             if _depth[0] == 1:
                 try:
-                    for sig in _WATCHED:
-                        handler = _getsignal(sig)
-                        if handler is not _record and callable(handler):
-                            _saved.append((sig, handler))
-                            _setsignal(sig, _record)
+                    # Which handlers to swap is worked out once per set of handlers (the last one
+                    # kept): one C-level map and a tuple comparison on every run after that.
+                    handlers = tuple(map(_getsignal, _WATCHED))
+                    last = _last_swap
+                    if handlers == last[0]:
+                        swap = last[1]
+                    else:
+                        swap = tuple(i for i, h in enumerate(handlers) if h is not _record and callable(h))
+                        _last_swap[:] = [handlers, swap]
+                    for i in swap:
+                        _saved.append((_WATCHED[i], handlers[i]))
+                        _setsignal(_WATCHED[i], _record)
                 except BaseException:
                     _restore()
                     raise
         return self
 
     def __exit__(self, *exc) -> None:
-        if not self._active:
+        if _get_ident() != _MAIN:
             return
         if _depth[0] > 1:
             _depth[0] -= 1
