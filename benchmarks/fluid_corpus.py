@@ -953,7 +953,7 @@ SCRIPTS += [
     dict(name="ssr", target="SSR", path=f"{R18REC}/ssr/train.py",
          args=["--train_dir", "train_data", "--vocab_path", "vocab.txt", "--batch_size", "5", "--epochs", "1",
                "--model_dir", "{data}/out", "--print_batch", "1", "--hidden_size", "16", "--embedding_dim", "16",
-               "--step_num", "3"]),
+               "--step_num", "3", "--enable_ce"], env={"CPU_NUM": "1"}),   # --enable_ce: its step cap
     dict(name="multiview_simnet", target="multiview-simnet", path=f"{R18REC}/multiview_simnet/train.py",
          args=["--epochs", "1", "--batch_size", "8", "--sparse_feature_dim", "1001", "--embedding_dim", "16",
                "--hidden_size", "16", "--query_encode_dim", "16", "--title_encode_dim", "16",
