@@ -217,6 +217,28 @@ def _fold_plan(bn: Operator, producer, readers, writers, keep, scope):
             "weight": _Folded(weight, factor), "bias": new_bias, "axis": 1 if layout == "NCHW" else 3}
 
 
+_ALIGN = 64
+
+
+def _aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised array whose data starts on a 64-byte boundary: JAX's CPU client then takes
+    it as a device buffer without copying (``jax.device_put``: 47 MB of ResNet-18 filters, 36 ms
+    of CPU copied and page-faulted against 3 ms aliased). NumPy's own large arrays are 16-byte
+    aligned, and those are copied."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + _ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % _ALIGN
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
+def _frozen(value: np.ndarray) -> np.ndarray:
+    """``value`` made read-only: a device array may alias it (see :func:`_aligned_empty`), so it
+    must not change under it."""
+    value.flags.writeable = False
+    return value
+
+
 class _Folded:
     """A folded filter ``weight · factor`` (per output channel) not computed yet: the HWIO pass
     computes it straight into its transposed layout (one pass over the filter instead of two), and
@@ -232,9 +254,9 @@ class _Folded:
         weight, factor = self.weight, self.factor[:, None, None, None]
         if perm is not None:
             weight, factor = weight.transpose(perm), factor.transpose(perm)
-        out = np.empty(weight.shape, self.dtype)
+        out = _aligned_empty(weight.shape, self.dtype)
         np.multiply(weight, factor, out=out, dtype=np.float64, casting="same_kind")
-        return out
+        return _frozen(out)
 
 
 def _conv_bias(add: Operator, producer, scope: Scope, layout: str, channels: int) -> np.ndarray | None:
@@ -477,7 +499,10 @@ class _Transposed:
     def compute(self) -> np.ndarray:
         if isinstance(self.value, _Folded):
             return self.value.compute(self.perm)
-        return np.ascontiguousarray(self.value.transpose(self.perm))
+        source = self.value.transpose(self.perm)
+        out = _aligned_empty(source.shape, source.dtype)
+        np.copyto(out, source)
+        return _frozen(out)
 
 
 def _materialize(program: Program, scope: Scope, deferred: dict) -> None:

@@ -67,6 +67,8 @@ def test_folded_hwio_filter_is_numpys_float64_fold_and_no_oihw_copy_is_kept():
     got = _arr(scope, hwio[0])
     assert got.flags["C_CONTIGUOUS"] and got.dtype == np.float32
     np.testing.assert_array_equal(got, want)
+    # 64-byte aligned (JAX's CPU client aliases such arrays instead of copying) and read-only
+    assert got.ctypes.data % 64 == 0 and not got.flags["WRITEABLE"]
     # the OIHW folded copy of a filter that moved to HWIO is neither declared nor stored
     assert scope.find_var(w_name + ".bn_folded") is None and block.find_var(w_name + ".bn_folded") is None
     # 1x1 and depthwise filters stay OIHW (folded, stored)
