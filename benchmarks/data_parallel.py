@@ -1,10 +1,12 @@
 """Data-parallel step time: one device vs 8 forced host devices vs 2 local processes.
 
-    python benchmarks/data_parallel.py [--steps 30] [--models mlp,resnet]
+    python benchmarks/data_parallel.py [--steps 30] [--models mlp,resnet,lstm]
 
 Every cell runs in a fresh process (the device count is fixed when JAX starts): the MLP
 (784-1024-1024-10, batch 256, Adam) and a small ResNet (3x32x32, conv-bn stem and 4 residual
-blocks of 32 channels, batch 64, Momentum) train at the same *global* batch
+blocks of 32 channels, batch 64, Momentum) and the book's stacked-LSTM sentiment net on LoD feeds
+(64 sentences of 5..40 words, Adam; each device runs its share of the sentences) train at the
+same *global* batch
 
 - on one device (``exe.run(main)``),
 - data-parallel over 8 forced host devices, under each sharding mode,
@@ -42,6 +44,17 @@ def build(model: str):
     rng = np.random.default_rng(0)
     with fj.unique_name.guard(), fj.program_guard(main, startup):
         y = layer.data("y", dims=1, dtype="int64")
+        if model == "lstm":
+            # The book's stacked-LSTM sentiment net on LoD feeds: 64 sentences of 5..40 words,
+            # 8 per device; each device runs its share (shard_map), gradients averaged.
+            try:
+                from benchmarks import book_models as bm
+            except ImportError:      # run as a script: benchmarks/ is on the path
+                import book_models as bm
+            net = bm.understand_sentiment_lstm(dict_dim=1000, emb_dim=32, hid_dim=64)
+            fj.optimizer.Adam(learning_rate=1e-3).minimize(net.loss)
+            ids, lengths, labels = next(bm.sentiment_batches(1, 64, dict_dim=1000, low=5, high=40, seed=0))
+            return main, startup, net.loss, {"words": fj.create_lod_tensor(ids, [lengths]), "label": labels}
         if model == "mlp":
             x = layer.data("x", input_size=784)
             h = layer.fc(layer.fc(x, 1024, activation="relu"), 1024, activation="relu")
@@ -94,9 +107,12 @@ def child(cell: str, model: str, steps: int, out: str | None) -> None:
         result["single"] = time_steps(exe, main, data, cost, scope, steps)
     else:
         rank, nproc = jax.process_index(), jax.process_count()
-        rows = len(data["y"]) // nproc
-        feed = {k: v[rank * rows:(rank + 1) * rows] for k, v in data.items()}
-        for mode in (MODES if cell == "dp8" else ("none",)):
+        if nproc == 1:
+            feed = data              # the global batch (a LoD one is split per device by the step)
+        else:
+            rows = len(data["y"]) // nproc
+            feed = {k: v[rank * rows:(rank + 1) * rows] for k, v in data.items()}
+        for mode in (MODES if cell == "dp8" and model != "lstm" else ("none",)):
             scope = fj.Scope()
             exe.run(startup, scope=scope)
             compiled = fj.CompiledProgram(main, fj.BuildStrategy(sharding=mode)).with_data_parallel()
@@ -135,7 +151,7 @@ def run_cell(cell: str, model: str, steps: int) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,resnet")
+    parser.add_argument("--models", default="mlp,resnet,lstm")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -150,6 +166,8 @@ def main(argv=None) -> None:
         print(f"{model:7s} {'1 device':32s} {single * 1e3:9.2f} {1.0:9.2f} {single_cpu * 1e3:9.2f} {1.0:9.2f}",
               flush=True)
         for cell, label in (("dp8", "8 devices, sharding="), ("2proc", "2 processes, sharding=")):
+            if model == "lstm" and cell == "2proc":
+                continue          # its LoD batch is split per device by the step, not per process here
             for mode, (t, cpu) in run_cell(cell, model, args.steps).items():
                 print(f"{model:7s} {label + mode:32s} {t * 1e3:9.2f} {t / single:9.2f} {cpu * 1e3:9.2f} "
                       f"{cpu / single_cpu:9.2f}", flush=True)
