@@ -221,8 +221,8 @@ class Executor:
                 plan = program._executor_calls.get((self._token, program._version, tuple(feed), names, flags.mode))
             except (AttributeError, TypeError):   # a program never run, an unhashable name: the slow path
                 plan = None
-            if plan is not None and plan.fast is not None and plan.program is program and not program.run_hooks \
-                    and not feed_sources.any_started():
+            # (plan.fast is None for a CompiledProgram's plans: only a Program's own plans run here)
+            if plan is not None and plan.fast is not None and not program.run_hooks and not feed_sources.any_started():
                 out = self._run_fast(plan, scope, feed, return_numpy)
                 if out is not _SLOW:
                     return out
@@ -433,6 +433,8 @@ class Executor:
             if failed is not None:
                 raise failed
             if return_numpy:
+                if LoDValue not in map(type, fetches):
+                    return list(map(fetched_array, fetches))
                 return [fetched_array(to_host(v)[0] if v.__class__ is LoDValue else v) for v in fetches]
             return [_lod_tensor(*to_host(v)) if v.__class__ is LoDValue and _declares_lod(program, name)
                     else LoDTensor(to_host(v)[0] if v.__class__ is LoDValue else v)
@@ -1454,9 +1456,19 @@ def _quick_index_check(check: HostIndexCheck, want: np.dtype):
     if spec.component is not None or want.kind not in "iu":
         return check
     view, size = np.dtype(want.str.replace("i", "u")), spec.size
+    code = view.char        # the unsigned type as a struct code: Python's max over a memoryview of it
 
     def quick(value) -> None:
-        if not (value.size and _max_of(value.view(view), None) < size):
+        # A short array (labels) through Python's max over its buffer touches less code than a
+        # NumPy reduction (what matters right after a step, when little is in the CPU's caches).
+        try:
+            items = memoryview(value).cast("B").cast(code)
+        except (TypeError, ValueError):          # not contiguous
+            items = ()
+        if len(items) <= 256:
+            if not (items and max(items) < size):
+                check(value)
+        elif not _max_of(value.view(view), None) < size:
             check(value)
 
     return quick

@@ -380,3 +380,34 @@ def test_prepare_checks_its_example_feed():
         exe.prepare(main, feed={"x": feed["x"].astype(np.int32), "y": feed["y"]}, fetch_list=[loss], scope=scope)
     for got, want in zip(_params(scope), (W0, B0)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("rows", [5, 300])
+def test_fed_labels_are_range_checked_on_the_fast_path_whatever_their_layout(rows):
+    """Short contiguous labels are checked through their buffer, long ones by a NumPy reduction,
+    non-contiguous ones by the full check: each refuses an index out of range (and a negative one)."""
+    cls, cls_startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(cls, cls_startup):
+        x = layer.data("x", input_size=4)
+        label = layer.data("label", dims=1, dtype="int64")
+        cost = layer.mean(layer.cross_entropy(layer.fc(x, 3, activation="softmax"), label))
+        fj.optimizer.SGD(LR).minimize(cost)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(cls_startup, scope=scope)
+    rng = np.random.default_rng(rows)
+    xs = rng.standard_normal((rows, 4)).astype(np.float32)
+    labels = rng.integers(0, 3, (rows, 2)).astype(np.int64)
+    contiguous, strided = np.ascontiguousarray(labels[:, :1]), labels[:, :1]
+    assert not strided.flags.c_contiguous
+    for good in (contiguous, strided, contiguous):
+        exe.run(cls, feed={"x": xs, "label": good}, fetch_list=[cost], scope=scope)
+    assert exe.fast_run_count == 2
+    weights = np.array(scope.find_var("fc_0.w_0").get_tensor())
+    for base in (contiguous, strided):
+        for bad_value in (3, -1, 1 << 40):
+            bad = base.copy() if base is contiguous else labels.copy()[:, :1]
+            bad[rows // 2, 0] = bad_value
+            with pytest.raises(IndexOutOfRangeError, match="cross_entropy"):
+                exe.run(cls, feed={"x": xs, "label": bad}, fetch_list=[cost], scope=scope)
+    assert exe.fast_run_count == 2           # (refused before the run: never counted)
+    np.testing.assert_array_equal(np.array(scope.find_var("fc_0.w_0").get_tensor()), weights)
