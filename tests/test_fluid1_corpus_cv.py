@@ -222,3 +222,31 @@ def test_variable_astype_is_a_cast():
     np.testing.assert_array_equal(ours[0], feed["x"].argmax(1).astype("int32"))
     assert ours[1].dtype == np.float64
     np.testing.assert_allclose(ours[1], theirs[1])
+
+
+# -- smooth_l1_loss of rows whose number is data (R-CNN's rpn_loss) --------------------------------
+def test_smooth_l1_loss_takes_counted_rows():
+    """rcnn/models/model_builder.py: ``smooth_l1_loss`` of the rows rpn_target_assign gathers (their
+    number is data); the loss is row-wise, so it honours the count (here rows picked by nonzero).
+    Paddle 2.6.2 has no smooth_l1_loss op: NumPy is the oracle."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[6, 4], dtype="float32", append_batch_size=False)
+        y = fluid.layers.data("y", shape=[6, 4], dtype="float32", append_batch_size=False)
+        keep = fluid.layers.data("keep", shape=[6], dtype="float32", append_batch_size=False)
+        idx = fluid.layers.nonzero(fluid.layers.greater_than(keep, fluid.layers.fill_constant([1], "float32", 0.0)))
+        xs, ys = fluid.layers.gather(x, idx), fluid.layers.gather(y, idx)
+        loss = fluid.layers.smooth_l1(xs, ys, inside_weight=ys * 0 + 1, outside_weight=ys * 0 + 1, sigma=3.0)
+        total = fluid.layers.reduce_sum(loss)
+    r = np.random.RandomState(7)
+    feed = {"x": r.randn(6, 4).astype("float32"), "y": r.randn(6, 4).astype("float32"),
+            "keep": np.array([1, -1, 1, 1, -1, 1], "float32")}
+    exe = fluid.Executor(fluid.CPUPlace())
+    ours = exe.run(main, feed=feed, fetch_list=[loss, total])
+    kept = feed["keep"] > 0
+    d = np.abs(feed["x"][kept] - feed["y"][kept])
+    s2 = 9.0
+    want = np.where(d < 1 / s2, 0.5 * s2 * d * d, d - 0.5 / s2).sum(1, keepdims=True)
+    assert np.asarray(ours[0]).shape == (4, 1)
+    np.testing.assert_allclose(ours[0], want, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ours[1]).reshape(-1), [want.sum()], rtol=1e-5)

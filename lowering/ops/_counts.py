@@ -214,7 +214,7 @@ elementwise_add elementwise_sub elementwise_mul elementwise_div elementwise_max 
 elementwise_pow elementwise_mod elementwise_floordiv elementwise_heaviside atan2 equal not_equal less_than
 less_equal greater_than greater_equal logical_and logical_or logical_xor bitwise_and bitwise_or
 bitwise_xor isclose where sum cross_entropy cross_entropy2 sigmoid_cross_entropy_with_logits huber_loss
-index_sample
+index_sample smooth_l1_loss
 """.split()
 
 _BY_RULE = {
