@@ -21,7 +21,8 @@ medians and ratios, then the median ratio over the passes and its spread (min..m
 fluidjax/JAX <= 1.05 (docs/reliability.md, "The per-run floor").
 
     python benchmarks/train_step.py [--steps N] [--skip-memory] [--skip-lenet]
-    python benchmarks/train_step.py --ratio [--repeats 9] [--steps 200]
+    python benchmarks/train_step.py --ratio [--repeats 9] [--steps 200] [--no-index-checks]
+    python benchmarks/train_step.py --floor       # the Python per call, the step stubbed
 """
 
 from __future__ import annotations
@@ -189,6 +190,47 @@ def floor_ratio(repeats: int, steps: int) -> None:
     print(f"fast-path runs: {fast} (of {repeats * (steps + 20) + 3} calls each)")
 
 
+def python_floor(calls: int = 300) -> None:
+    """The Python ``exe.run`` adds per call, the compiled step replaced by a stub that returns fixed
+    outputs: CPU microseconds (this thread's CPU time, so other jobs do not count) of the general
+    path, the fast path and an ``exe.prepare``'d step; hot (back to back) and cold (after touching
+    16 MiB, as a real step leaves the caches: what a training loop sees)."""
+    import statistics
+
+    import jax
+    import jax.numpy as jnp
+
+    params = initial_params(SIZES)
+    data = batches(64, 2)
+    sides = {"general": fluidjax_trainer(SIZES, params), "fast": fluidjax_trainer(SIZES, params),
+             "prepared": fluidjax_trainer(SIZES, params, prepared=True)}
+    for step in sides.values():
+        for x, y in data * 2:
+            step(x, y)
+        for plan in step.executor._plans.values():
+            if plan.feed_names == ("x", "y"):
+                outs = (tuple(t._value for t in plan.last_scope[1]), [jnp.ones((1,))])
+                plan.step = lambda *args, outs=outs: outs
+                if step is sides["general"]:
+                    plan.fast = None
+    big = np.ones(4 << 20, np.float32)
+    x, y = data[0]
+    clock = time.thread_time_ns
+    print(f"device: {jax.devices()[0]}; Python per exe.run call, the step stubbed (CPU microseconds, median)")
+    for name, step in sides.items():
+        figures = []
+        for cold in (False, True):
+            times = []
+            for _ in range(calls):
+                if cold:
+                    np.add(big, 1.0, out=big)
+                start = clock()
+                step(x, y)
+                times.append(clock() - start)
+            figures.append(statistics.median(times) / 1e3)
+        print(f"{name:>9}: hot {figures[0]:5.1f} us, cold {figures[1]:5.1f} us")
+
+
 # -- memory -----------------------------------------------------------------------------------------
 def _status_mb(field: str) -> float:
     """A /proc/self/status size (VmRSS, VmHWM) in MiB."""
@@ -269,11 +311,22 @@ def main() -> None:
     parser.add_argument("--memory-child", choices=["fluidjax", "jax"])
     parser.add_argument("--ratio", action="store_true", help="only the per-run floor: exe.run / prepare vs JAX")
     parser.add_argument("--repeats", type=int, default=9, help="interleaved passes of --ratio")
+    parser.add_argument("--floor", action="store_true", help="only the Python per call, the step stubbed")
+    parser.add_argument("--no-index-checks", action="store_true",
+                        help="FLAGS_check_index off (fed labels not range-checked): what the default checks cost")
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child, args.memory_steps)
         return
+    if args.floor:
+        python_floor()
+        return
     if args.ratio:
+        if args.no_index_checks:
+            import fluidjax as fj
+
+            fj.set_flags({"FLAGS_check_index": False})
+            print("FLAGS_check_index off")
         floor_ratio(args.repeats, args.steps)
         return
     time_steps(args.steps)
