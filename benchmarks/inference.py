@@ -153,6 +153,9 @@ SWEEP = [
     ["ynn_dot", "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=individual_convolution,individual_dot"],
     ["onednn_cc", "XLA_FLAGS=--xla_cpu_experimental_onednn_custom_call=true"],
     ["nchw", "layout=NCHW"],
+    # not an XLA flag: glibc madvises its large mmaps for transparent huge pages (MobileNetV2 at
+    # batch 8 page-faulted 20k times per run on buffers over malloc's 32 MB mmap threshold)
+    ["hugepages", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"],
 ]
 JAX_SIDES = ("fluidjax", "fj_nopass", "jax")
 PADDLE_SIDES = ("pi_onednn", "pi_plain", "static")
