@@ -943,7 +943,8 @@ SCRIPTS += [
                "--train_dir", "{data}/paddle_train.txt", "--model_dir", "{data}/out"], data="din"),
     dict(name="gru4rec", target="GRU4Rec", path=f"{R18REC}/gru4rec/train.py",
          args=["--train_dir", "train_data", "--vocab_path", "vocab.txt", "--batch_size", "5", "--pass_num", "1",
-               "--model_dir", "{data}/out", "--print_batch", "1", "--hid_size", "16", "--step_num", "3"]),
+               "--model_dir", "{data}/out", "--print_batch", "1", "--hid_size", "16", "--step_num", "3",
+               "--enable_ce"], env={"CPU_NUM": "1"}),   # --enable_ce: its step cap (20 batches, one compilation per LoD)
     # no step cap in its text: 8 synthetic sessions, one batch (its sort_batch yields a leftover
     # group only when it is exactly one batch)
     dict(name="gru4rec_neg", target="GRU4Rec", path=f"{R18REC}/gru4rec/train_sample_neg.py",
