@@ -439,6 +439,7 @@ def test_dqn_pairing_sees_the_accumulator_names_paddle_gives():
     assert len([n for n in got if "policy" in n]) == 2 + 2 * 4 and len([n for n in got if "target" in n]) == 2
 
 
+@pytest.mark.slow   # ~30 s alone (the program's step and its gradient compile for several LoD shapes)
 def test_tagspace_hinge_loss_through_padded_sequences_as_jax_grad():
     """TagSpace's loss, small: cos_sim of padded sequence rows (neg tags against the expanded text),
     sequence_reshape + reduce_max, fill_constant([shape(x)[0], 1]) of values whose rows a plain
