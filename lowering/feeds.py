@@ -152,80 +152,204 @@ def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, .
     return from_host(np.asarray(data), lod, flags.bucket_sequences)
 
 
-_ROW_READERS: dict = {}
+# LoD-aware ops (``lower.lod_aware``) whose rules take a *counted* value (one row per sequence or a
+# varying dense batch, docs/ops_data_dependent.md) as counted rows rather than as one sequence:
+# reductions over its real rows, accuracy over its real rows, the DynamicRNN array path (one row per
+# running sequence), tensor arrays, loops and branches (their bodies are checked op by op), print.
+COUNTED_READERS = frozenset({
+    "mean", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_all", "reduce_any",
+    "accuracy", "reorder_lod_tensor_by_rank", "shrink_rnn_memory", "write_to_array", "array_to_lod_tensor",
+    "read_from_array", "while", "conditional_block", "print"})
+# What a dense feed carried as counted rows may reach among the LoD-aware ops (no arrays or loops:
+# a fed value written to an array beside plain or LoD elements keeps its own form).
+DENSE_COUNTED_READERS = frozenset({
+    "mean", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_all", "reduce_any",
+    "accuracy", "print"})
+# Ops not adapted to padding sequences: a step holding one keeps every LoD feed's exact sequence
+# count (beam_search_decode lays out ``beam_size`` sentences per source, padding sources included,
+# and inside a while loop the real count is not carried).
+SEQUENCE_COUNT_UNADAPTED = frozenset({"beam_search_decode"})
+
+
+class _Rows:
+    """What bucketing may do to the feeds of one step (``ops``), worked out once per op list."""
+
+    __slots__ = ("ops", "lod_safe", "dense_safe", "seen")
+
+    def __init__(self, ops) -> None:
+        self.ops = ops
+        self.lod_safe = None          # whether padding sequences may be added to LoD feeds
+        self.dense_safe = {}          # feed name -> whether it may be carried as counted rows
+        self.seen = {}                # feed name -> the first dims fed so far (dense feeds)
+
+
+_PLANS: dict = {}
+
+
+def _plan_rows(ops) -> _Rows:
+    hit = _PLANS.get(id(ops))
+    if hit is not None and hit.ops is ops:
+        return hit
+    if len(_PLANS) > 256:
+        _PLANS.clear()
+    hit = _PLANS[id(ops)] = _Rows(ops)
+    return hit
+
+
+def _shape_structs(op) -> dict:
+    values = {}
+    for slot, vs in op.inputs.items():
+        vars_ = [op.block.find_var(n) for n in vs]
+        values[slot] = [None if v is None or v.shape is None else jax.ShapeDtypeStruct(
+            tuple(max(int(d), 1) for d in v.shape), dtypes.to_numpy(v.dtype)) for v in vars_]
+    return values
+
+
+def _maybe_rows(var) -> bool:
+    """Whether ``var`` may hold counted rows at run time: declared without LoD, rows not fixed."""
+    shape = tuple(var.shape or ()) if var is not None else ()
+    return var is not None and not var.lod_level and len(shape) >= 1 and int(shape[0]) < 0
+
+
+def counted_reach(ops, start: set, from_lod: bool = False) -> str | None:
+    """Whether counted rows starting at the variables ``start`` (and, with ``from_lod``, at every
+    row-per-sequence output of a LoD-aware op reading a LoD value) reach only ops that honour a
+    count (registry roles, :data:`COUNTED_READERS`): None when they do, else the first op that
+    would refuse or misread them (a line for the docs' fallback). Walks ``ops`` and their
+    sub-blocks in order; over-approximates what is counted (an output with unknown rows of an op
+    reading a counted value), so a None is safe to act on."""
+    from ..ir import registry
+    from .lower import LOD_AWARE, ops_with_sub_blocks
+    counted = set(start)
+    for op in ops_with_sub_blocks(ops):
+        if op.type.endswith("_grad") or int(op.attrs.get("op_role", 0) or 0) & 1:
+            continue                         # grad ops take what their forward op took
+        if from_lod and op.type in SEQUENCE_COUNT_UNADAPTED:
+            return op.type
+        names = [n for n in op.input_arg_names if n in counted]
+        reads_lod = from_lod and op.type in LOD_AWARE and any(
+            (v := op.block.find_var(n)) is not None and v.lod_level for n in op.input_arg_names)
+        if names:
+            if op.type in (COUNTED_READERS if from_lod else DENSE_COUNTED_READERS):
+                ok = True
+            elif op.type in LOD_AWARE:
+                ok = False
+            elif block_refs(op) or not registry.has(op.type):
+                ok = False
+            else:
+                try:
+                    roles = registry.count_roles(registry.get(op.type), op, _shape_structs(op))
+                except Exception:    # a role rule that needs the values themselves
+                    roles = {}
+                ok = all(roles.get(slot) in registry.COUNT_ROLES
+                         for slot, vs in op.inputs.items() for n in vs if n in counted)
+            if not ok:
+                return op.type
+        if names or reads_lod:
+            for n in op.output_arg_names:
+                if _maybe_rows(op.block.find_var(n)):
+                    counted.add(n)
+    return None
 
 
 def _read_as_rows(ops) -> frozenset:
-    """The names every forward op of ``ops`` reading them takes as counted rows (registry role
-    ``"rows"``: a loss's Label, an elementwise operand), none inside a sub-block, none read by a
-    LoD-aware op (a sequence op would take a counted value as one sequence). Cached per op list."""
-    hit = _ROW_READERS.get(id(ops))
-    if hit is not None and hit[0] is ops:
-        return hit[1]
-    from ..ir import registry
-    from .lower import LOD_AWARE, ops_with_sub_blocks
-    top = {id(op) for op in ops}
-    good, bad = set(), set()
-    for op in ops_with_sub_blocks(ops):
-        names = set(op.input_arg_names)
-        if id(op) not in top or op.type in LOD_AWARE or block_refs(op):
-            bad |= names
-            continue
-        if op.type.endswith("_grad"):    # a grad op takes what its forward op took
-            continue
-        if not registry.has(op.type):
-            bad |= names
-            continue
-        opdef = registry.get(op.type)
-        try:
-            values = {}
-            for slot, vs in op.inputs.items():
-                vars_ = [op.block.find_var(n) for n in vs]
-                values[slot] = [None if v is None else jax.ShapeDtypeStruct(
-                    tuple(max(int(d), 1) for d in v.shape), dtypes.to_numpy(v.dtype)) for v in vars_]
-            roles = registry.count_roles(opdef, op, values)
-        except Exception:          # a role rule that needs the values themselves: not a row reader
-            bad |= names
-            continue
-        for slot, vs in op.inputs.items():
-            (good if roles.get(slot) == "rows" else bad).update(vs)
-    result = frozenset(good - bad)
-    if len(_ROW_READERS) > 256:
-        _ROW_READERS.clear()
-    _ROW_READERS[id(ops)] = (ops, result)
-    return result
+    """The step's inputs (variables ``ops`` read and none writes, declared without LoD, rows not
+    fixed) that may be carried as counted rows: every op their rows reach honours a count
+    (:func:`counted_reach`). Cached per op list; ``parallel.py`` splits these by sequence shares."""
+    info = _plan_rows(ops)
+    written = {n for op in ops for n in op.output_arg_names}
+    result = set()
+    for op in ops:
+        for n in op.input_arg_names:
+            var = op.block.find_var(n)
+            if n in written or var is None or var.persistable or not _maybe_rows(var):
+                continue
+            if n not in info.dense_safe:
+                info.dense_safe[n] = counted_reach(ops, {n}) is None
+            if info.dense_safe[n]:
+                result.add(n)
+    return frozenset(result)
+
+
+def _unpad_sequences(value: LoDValue) -> LoDValue:
+    """A LoD feed whose outermost level was padded with empty sequences, back to its real count."""
+    offsets = value.offsets
+    count = int(offsets.count)
+    return LoDValue(value.data, Offsets((offsets[0][:count + 1], *offsets[1:]), offsets.longest))
+
+
+def _as_counted_rows(host: np.ndarray, n: int) -> LoDValue:
+    """``host`` (n rows) padded with zero rows to ``bucket(n)``, carrying ``n`` as its real count."""
+    if bucket(n) != n:
+        host = np.concatenate([host, np.zeros((bucket(n) - n,) + host.shape[1:], host.dtype)])
+    return LoDValue(host, Offsets((np.asarray([0, n], np.int32),), (bucket(n),)))
+
+
+# A dense feed is carried as counted rows once it has been fed this many distinct first dims.
+DENSE_ROWS_AFTER = 3
 
 
 def bucket_sequence_rows(values: list, specs, ops) -> list:
-    """Under ``FLAGS_bucket_sequences``: each dense feed (lod_level 0, dim 0 not fixed by its
-    declaration) whose first dim equals the real sequence count of a LoD feed of the same run
-    (a label with one row per sequence), and which every op of ``ops`` reading it takes as rows
-    (:func:`_read_as_rows`), as counted rows padded to that count's bucket, so its shape changes
-    no more often than the LoD feeds' do. Its real count travels with it
-    (``docs/ops_data_dependent.md``): fetches, ``mean`` and row-wise losses see the real rows only.
-    Other dense feeds are left as they are (their shape is the step's signature).
+    """Under ``FLAGS_bucket_sequences`` (``docs/lod.md``, "Bucketing the sequence count"):
+
+    - a LoD feed keeps the empty padding sequences ``from_host`` gave it only when every
+      row-per-sequence value of the step reaches ops that honour a count (:func:`counted_reach`)
+      and no op of :data:`SEQUENCE_COUNT_UNADAPTED` is in it; else its exact count (the fallback);
+    - a dense feed whose declared first dim is unknown becomes counted rows padded to a bucket of
+      its first dim (``docs/ops_data_dependent.md``) when that dim is a padded LoD feed's real
+      sequence count (a label with one row per sequence) or when this step has been fed
+      :data:`DENSE_ROWS_AFTER` distinct first dims for it (BERT's masked positions), and every op
+      its rows reach honours the count. Dense feeds sharing a first dim are bucketed together or
+      not at all (and a LoD feed whose count equals that dim is then unpadded), so no op pairs
+      padded rows with exact ones.
+
     ``values`` and ``specs`` (``(name, var, declared)`` per feed) are in feed order."""
-    counts = {int(v.offsets.count) for v in values
-              if v.__class__ is LoDValue and v.offsets.__class__ is Offsets and v.offsets.count is not None}
-    if not counts:
-        return values
+    info = _plan_rows(ops)
     out = list(values)
-    readers = None
+    padded = [i for i, v in enumerate(values)
+              if v.__class__ is LoDValue and v.offsets.__class__ is Offsets and v.offsets.count is not None]
+    if padded:
+        if info.lod_safe is None:
+            info.lod_safe = counted_reach(ops, set(), from_lod=True) is None
+        if not info.lod_safe:
+            for i in padded:
+                out[i] = _unpad_sequences(values[i])
+            padded = []
+    counts = {int(values[i].offsets.count) for i in padded}
+    # first dims a dense feed must keep exact: a LoD feed's exact sequence count (its per-sequence
+    # rows are not padded) and every LoD feed's real row count (per-row values pair with its rows)
+    exact = set()
+    for i, v in enumerate(out):
+        if v.__class__ is LoDValue and v.offsets:
+            exact.add(int(np.asarray(v.offsets[-1])[-1]))
+            if i not in padded:
+                exact.add(len(v.offsets[0]) - 1)
+    groups: dict = {}
     for i, (value, (name, var, declared)) in enumerate(zip(values, specs)):
         if (value.__class__ is LoDValue or var.lod_level or getattr(value, "ndim", 0) < 1
-                or (declared and declared[0] >= 0) or int(value.shape[0]) not in counts):
-            continue
-        readers = _read_as_rows(ops) if readers is None else readers
-        if name not in readers:
+                or (declared and declared[0] >= 0)):
             continue
         n = int(value.shape[0])
-        if n not in counts or bucket(n) == n:
-            if n in counts:
-                out[i] = LoDValue(np.asarray(value), Offsets((np.asarray([0, n], np.int32),), (n,)))
+        seen = info.seen.setdefault(name, set())
+        if len(seen) < 64:
+            seen.add(n)
+        groups.setdefault(n, []).append((i, name))
+    for n, members in groups.items():
+        wanted = n in counts or any(len(info.seen[name]) >= DENSE_ROWS_AFTER for _, name in members)
+        if not wanted or (n in exact and n not in counts):
             continue
-        host = np.asarray(value)
-        pad = np.zeros((bucket(n) - n,) + host.shape[1:], host.dtype)
-        out[i] = LoDValue(np.concatenate([host, pad]), Offsets((np.asarray([0, n], np.int32),), (bucket(n),)))
+        safe = True
+        for _, name in members:
+            if name not in info.dense_safe:
+                info.dense_safe[name] = counted_reach(ops, {name}) is None
+            safe = safe and info.dense_safe[name]
+        if safe:
+            for i, _ in members:
+                out[i] = _as_counted_rows(np.asarray(values[i]), n)
+        elif n in counts:                   # the label cannot be padded: nor can its sequences
+            for i in padded:
+                if int(values[i].offsets.count) == n:
+                    out[i] = _unpad_sequences(values[i])
     return out
 
 

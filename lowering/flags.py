@@ -29,10 +29,12 @@ loop after that many iterations and makes the run raise :class:`~fluidjax.LoopBo
 the op, its line and the bound; the scope is unchanged. It is an argument of the step, read per
 run (no recompilation); see ``lowering/interrupt.py``.
 
-``FLAGS_bucket_sequences`` (default off; fluidjax's own flag) pads the number of top-level
-sequences of every LoD feed to a bucket (empty sequences), and a dense feed with one row per
-sequence to the same bucket as counted rows, so a reader batching by token count compiles once
-per bucket instead of once per sequence count (``docs/lod.md``, "Bucketing the sequence count").
+``FLAGS_bucket_sequences`` (default on; fluidjax's own flag) pads the number of top-level
+sequences of every LoD feed to a bucket (empty sequences), a dense feed with one row per
+sequence to the same bucket as counted rows, and a dense feed whose first dim keeps changing
+(BERT's masked positions) to a bucket of it as counted rows, so a reader batching by token count
+compiles once per bucket instead of once per sequence count; a step with an op that would not
+honour the padding keeps the exact sizes (``docs/lod.md``, "Bucketing the sequence count").
 
 The check flags are part of the compiled step's cache key: changing one recompiles on the next run.
 """
@@ -44,7 +46,7 @@ from typing import Any, Iterable, Mapping
 
 _DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False,
              "FLAGS_max_array_room": 1 << 20, "FLAGS_max_while_iterations": 0,
-             "FLAGS_bucket_sequences": False}
+             "FLAGS_bucket_sequences": True}
 # Counts where 0 means "no bound" (the other integer flags are positive sizes).
 _COUNTS = frozenset({"FLAGS_max_while_iterations"})
 _TRUE = {"1", "true", "yes", "on"}
@@ -85,7 +87,7 @@ fetch_0d_as_1d: bool = False
 max_array_room: int = 1 << 20
 # FLAGS_max_while_iterations: read by every run of a step with a while loop (lowering/interrupt.py).
 max_while_iterations: int = 0
-bucket_sequences: bool = False
+bucket_sequences: bool = True
 
 
 def _refresh() -> None:

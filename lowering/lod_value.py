@@ -4,10 +4,11 @@ A variable with ``lod_level > 0`` is, inside a compiled step, a :class:`LoDValue
 
 - ``data``: the rows, padded with zeros to a *bucket* — the next power of two of the real row
   count — so an epoch of batches with random lengths compiles at most ⌈log2(longest)⌉ + 1 times;
-- ``offsets``: one int32 array per level, Paddle's offsets. The outermost level keeps its real
-  length (the number of top-level sequences: the batch size, which is part of the step's
-  signature like any batch dimension). Inner levels are padded to a bucket as well, by repeating
-  their last offset: the padding is empty sequences at the end.
+- ``offsets``: one int32 array per level, Paddle's offsets. Inner levels are padded to a bucket,
+  by repeating their last offset: the padding is empty sequences at the end. The outermost level
+  is padded the same way under ``FLAGS_bucket_sequences`` (on by default), its real count carried
+  beside it (:func:`sequence_count`); a step with an op that would not honour it keeps the real
+  length (``feeds.bucket_sequence_rows``).
 
 The real row count is the last offset of the last level. Rows past it belong to no sequence:
 sequence ops drop them (their segment ids fall outside), ops that act row by row (``fc``,

@@ -28,7 +28,7 @@ from ...ir.errors import OpRuntimeError
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
 from ..checks import IndexInput, index_inputs
-from ..lod_value import LoDValue, bucket
+from ..lod_value import LoDValue, bucket, same_sequences
 from ..lower import lod_aware
 
 
@@ -95,6 +95,8 @@ def beam_search(ctx):
         ids = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int64), (rows, width))
 
     high = _abs_offsets(scores_in, level)               # [sources + 1] in rows
+    if level == 0:           # as many sources: padding ones (FLAGS_bucket_sequences) stay padding
+        high = same_sequences(high, scores_in.offsets[0])
     sources = high.shape[0] - 1
     real_rows = high[-1]
     row = jnp.arange(rows, dtype=jnp.int32)

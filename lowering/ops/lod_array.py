@@ -83,6 +83,16 @@ def _table(ctx) -> RankTable:
     return table
 
 
+def _counted_rows_input(ctx, x, slot: str = "X") -> bool:
+    """Whether ``x`` is counted rows (a LoDValue of a variable declared without LoD: one row per
+    sequence, its real count carried; FLAGS_bucket_sequences' per-sequence rows), not a sequence."""
+    if x.__class__ is not LoDValue:
+        return False
+    names = ctx.op.inputs.get(slot) or ()
+    var = ctx.op.block.find_var(names[0]) if names else None
+    return var is not None and not var.lod_level
+
+
 def _one_level(ctx, x, slot: str = "X") -> LoDValue:
     if not isinstance(x, LoDValue):
         raise OpRuntimeError(f"{_where(ctx)}: {slot} must be a LoD tensor (lod_level >= 1)")
@@ -183,6 +193,10 @@ def array_to_lod_tensor(ctx):
     if not isinstance(array, TensorArray):
         raise OpRuntimeError(f"{_where(ctx)}: X is not a tensor array with elements (was it written?)")
     buffer = array.buffer
+    if buffer.__class__ is LoDValue and buffer.lod_level == 1:
+        # elements written as counted rows (one per sequence, FLAGS_bucket_sequences): the rows at
+        # the padding sequences' ranks are never picked (those sequences are empty)
+        buffer = buffer.data
     if buffer.ndim < 2 or buffer.shape[1] < table.size:
         raise OpRuntimeError(f"{_where(ctx)}: the array's elements have {buffer.shape[1:2]} rows, fewer "
                              f"than the rank table's {table.size} sequences")
@@ -225,6 +239,8 @@ def reorder_lod_tensor_by_rank(ctx):
     """X's sequences (a LoD X) or rows (a plain X, one row per sequence) in the rank table's order."""
     x = ctx.input("X")
     table = _table(ctx)
+    if _counted_rows_input(ctx, x):      # one row per sequence, counted: the rows, reordered below
+        x = x.data[:table.size] if x.data.shape[0] >= table.size else x.data
     if not isinstance(x, LoDValue):
         if flags.bucket_sequences and 0 < x.shape[0] < table.size:
             # the table's padding sequences (FLAGS_bucket_sequences) are empty and rank last among
@@ -269,6 +285,11 @@ def shrink_rnn_memory(ctx):
     table = _table(ctx)
     i = jnp.asarray(ctx.input("I")).reshape(()).astype(jnp.int32)
     count = table.count_longer_than(i)
+    counted_in = _counted_rows_input(ctx, x)
+    if counted_in:                           # one row per running sequence, counted: kept counted
+        keep = jnp.arange(x.data.shape[0]) < count
+        out = jnp.where(keep.reshape(keep.shape + (1,) * (x.data.ndim - 1)), x.data, jnp.zeros_like(x.data))
+        return {"Out": LoDValue(out, x.offsets)}
     data = x.data if isinstance(x, LoDValue) else x
     if isinstance(x, LoDValue):
         top = jnp.asarray(x.offsets[0], jnp.int32)

@@ -11,6 +11,8 @@ import jax.numpy as jnp
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext, same_as
 from ..checks import IndexInput, index_inputs
+from ..lod_value import LoDValue
+from ..lower import lod_aware
 from ._shapes import dims_equal
 
 _INT_LABELS = ("int64", "int32")
@@ -188,13 +190,26 @@ def _accuracy_shape(ctx: InferShapeContext) -> None:
     grad=None)
 def accuracy(ctx):
     """Top-k accuracy: the fraction of rows whose Label is among their k Indices (from top_k).
-    Correct and Total are the counts (int32), Accuracy = Correct / Total (float32)."""
+    Correct and Total are the counts (int32), Accuracy = Correct / Total (float32). LoD-aware:
+    of a LoD or counted input (padded rows: docs/lod.md) only the real rows count."""
     idx, label = ctx.input("Indices"), ctx.input("Label")
-    hit = jnp.any(idx == label.astype(idx.dtype), axis=1)
-    correct = jnp.sum(hit).astype(jnp.int32)
+    real = [v.row_count().astype(jnp.int32) for v in (idx, label) if isinstance(v, LoDValue)]
+    idx = idx.data if isinstance(idx, LoDValue) else idx
+    label = label.data if isinstance(label, LoDValue) else label
+    rows = min(idx.shape[0], label.shape[0])
     total = jnp.asarray(idx.shape[0], jnp.int32)
+    if real:                      # padded rows (a bucket) past the real count take no part
+        total = real[0] if len(real) == 1 else jnp.minimum(real[0], real[1])
+        idx, label = idx[:rows], label[:rows]
+    hit = jnp.any(idx == label.astype(idx.dtype), axis=1)
+    if real:
+        hit = hit & (jnp.arange(rows) < total)
+    correct = jnp.sum(hit).astype(jnp.int32)
     acc = correct.astype(jnp.float32) / jnp.maximum(total, 1).astype(jnp.float32)
     return {"Accuracy": acc, "Correct": correct, "Total": total}
+
+
+lod_aware("accuracy")
 
 
 # -- label_smooth -----------------------------------------------------------------------------------
