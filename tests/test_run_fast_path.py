@@ -411,3 +411,17 @@ def test_fed_labels_are_range_checked_on_the_fast_path_whatever_their_layout(row
                 exe.run(cls, feed={"x": xs, "label": bad}, fetch_list=[cost], scope=scope)
     assert exe.fast_run_count == 2           # (refused before the run: never counted)
     np.testing.assert_array_equal(np.array(scope.find_var("fc_0.w_0").get_tensor()), weights)
+
+
+def test_an_executor_with_a_place_takes_the_fast_path_too():
+    main, startup, loss, _ = _linreg()
+    exe = fj.Executor(fj.CPUPlace())
+    scope = _scope(startup, exe)
+    w, b = W0, B0
+    for i, feed in enumerate(_batches(4, seed=3)):
+        got, = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+        want, w, b = _numpy_sgd(w, b, feed["x"], feed["y"])
+        np.testing.assert_allclose(float(got), want, rtol=1e-5)
+    assert exe.fast_run_count == 3
+    for got, want in zip(_params(scope), (w, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
