@@ -17,7 +17,9 @@ LeNet: the step of ``train_step_lenet.py`` (batch 64, Adam), in the same run.
 The per-run floor (``--ratio``): the batch-64 step only, fluidjax's ``exe.run`` and
 ``exe.prepare``'d step against hand-written JAX, in ``--repeats`` passes of ``--steps`` interleaved
 calls each (the sides take turns call by call, in an order that rotates); it prints each pass's
-medians and ratios, then the median ratio over the passes and its spread (min..max). Target:
+medians and ratios, then the median ratio over the passes and its spread (min..max); a third
+fluidjax side runs every call through the general path (the fast path off: what it was before).
+Target:
 fluidjax/JAX <= 1.05 (docs/reliability.md, "The per-run floor").
 
     python benchmarks/train_step.py [--steps N] [--skip-memory] [--skip-lenet]
@@ -170,20 +172,24 @@ def floor_ratio(repeats: int, steps: int) -> None:
     params = initial_params(SIZES)
     data = batches(64, 8)
     runners = {"exe.run": fluidjax_trainer(SIZES, params), "prepared": fluidjax_trainer(SIZES, params, prepared=True),
-               "jax": jax_trainer(SIZES, params)}
+               "general": fluidjax_trainer(SIZES, params), "jax": jax_trainer(SIZES, params)}
     first = {k: [float(r(x, y)) for x, y in data[:3]] for k, r in runners.items()}
     for k in first:
         np.testing.assert_allclose(first[k], first["jax"], rtol=1e-4)
+    for plan in runners["general"].executor._plans.values():
+        plan.fast = None        # exe.run without the fast path: the general path of every run (the "before")
     print(f"device: {jax.devices()[0]} ({os.cpu_count()} CPUs); MLP {'-'.join(map(str, SIZES))} Adam step, batch 64; "
           f"{repeats} passes of {steps} interleaved calls per side; median microseconds per call")
-    print(f"{'pass':>4} {'exe.run':>9} {'prepared':>9} {'jax':>9} {'run/jax':>8} {'prep/jax':>9}")
-    ratios: dict[str, list] = {"exe.run": [], "prepared": []}
+    print(f"{'pass':>4} {'exe.run':>9} {'prepared':>9} {'general':>9} {'jax':>9} {'run/jax':>8} {'prep/jax':>9} "
+          f"{'general/jax':>12}")
+    ratios: dict[str, list] = {"exe.run": [], "prepared": [], "general": []}
     for i in range(repeats):
         ms = interleaved_medians(runners, data, steps, warmup=20)
         for k in ratios:
             ratios[k].append(ms[k] / ms["jax"])
-        print(f"{i:>4} {ms['exe.run'] * 1e3:>9.1f} {ms['prepared'] * 1e3:>9.1f} {ms['jax'] * 1e3:>9.1f} "
-              f"{ratios['exe.run'][-1]:>8.3f} {ratios['prepared'][-1]:>9.3f}")
+        print(f"{i:>4} {ms['exe.run'] * 1e3:>9.1f} {ms['prepared'] * 1e3:>9.1f} {ms['general'] * 1e3:>9.1f} "
+              f"{ms['jax'] * 1e3:>9.1f} {ratios['exe.run'][-1]:>8.3f} {ratios['prepared'][-1]:>9.3f} "
+              f"{ratios['general'][-1]:>12.3f}")
     fast = {k: r.executor.fast_run_count for k, r in runners.items() if hasattr(r, "executor")}
     for k, values in ratios.items():
         print(f"{k}/jax: median {statistics.median(values):.3f}, spread {min(values):.3f}..{max(values):.3f}")
