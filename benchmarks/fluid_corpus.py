@@ -749,7 +749,7 @@ IC_MODELS = ["ResNet50", "ResNet18_vd", "ResNeXt50_32x4d", "SE_ResNeXt50_32x4d",
              "Res2Net50_26w_4s", "HRNet_W18_C"]
 
 # the two largest graphs train on 128x128 images (their own --image_shape): well inside the timeout
-IC_SMALL = {"DPN68", "HRNet_W18_C"}
+IC_SMALL = set()
 SCRIPTS = [dict(name="ic_" + m.lower(), target="image classification", path=f"{R18CV}/image_classification/train.py",
                 args=["--model", m] + IC_ARGS + (["--image_shape", "3", "128", "128"] if m in IC_SMALL else []),
                 data="imagenet") for m in IC_MODELS]

@@ -125,7 +125,17 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
     program._op_role = OP_ROLE_BACKWARD
     try:
         create_grad_var(loss.name, grad_var_name(loss.name))
-        block.append_op("fill_constant", outputs={"Out": grad_var_name(loss.name)}, attrs={
+        seed_inputs = {}
+        if any(d < 0 for d in loss.shape):
+            # a target of unknown dims (fluid.gradients of a batch of scores, WGAN-GP's penalty):
+            # the seed takes its run-time shape through a shape op, as Paddle's calc_gradient does
+            shape_name = loss.name + "_shape"
+            if not block.has_var(shape_name):
+                block.create_var(shape_name, (len(loss.shape),), "int32", 0, stop_gradient=True)
+            block.append_op("shape", {"Input": loss.name}, {"Out": shape_name},
+                            {"op_role": OP_ROLE_BACKWARD | OP_ROLE_LOSS})
+            seed_inputs = {"ShapeTensor": shape_name}
+        block.append_op("fill_constant", seed_inputs, outputs={"Out": grad_var_name(loss.name)}, attrs={
             "shape": list(loss.shape), "dtype": dtypes.to_enum(loss.dtype), "value": 1.0,
             "op_role": OP_ROLE_BACKWARD | OP_ROLE_LOSS})
         has_grad = {loss.name}

@@ -250,3 +250,24 @@ def test_smooth_l1_loss_takes_counted_rows():
     assert np.asarray(ours[0]).shape == (4, 1)
     np.testing.assert_allclose(ours[0], want, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(ours[1]).reshape(-1), [want.sum()], rtol=1e-5)
+
+
+# -- gradients of a target with unknown dims (the GANs' gradient penalty) ---------------------------
+def test_gradients_of_a_batch_of_scores_seed_by_the_run_time_shape():
+    """StarGAN/AttGAN/STGAN's gradient_penalty: ``fluid.gradients(pred, x)`` with pred [-1, 1]: the
+    seed of ones takes pred's run-time shape (a shape op feeding fill_constant's ShapeTensor, as
+    Paddle's calc_gradient); the gradient and the penalty against Paddle 2.6.2."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3], dtype="float32")
+        pred = fluid.layers.fc(fluid.layers.tanh(fluid.layers.fc(x, 5)), 1)
+        grad = fluid.gradients(pred, x)[0]
+        norm = fluid.layers.sqrt(fluid.layers.reduce_sum(fluid.layers.square(grad), dim=1) + 1e-16)
+        gp = fluid.layers.reduce_mean(fluid.layers.square(norm - 1.0))
+    types = [op.type for op in main.global_block().ops]
+    assert "shape" in types
+    feed = {"x": np.random.RandomState(8).randn(4, 3).astype("float32")}
+    ours, theirs = _run_both(main, startup, feed, [grad, gp])
+    assert ours[0].shape == (4, 3)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours[1].reshape(-1), np.asarray(theirs[1]).reshape(-1), rtol=1e-5)
