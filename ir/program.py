@@ -108,6 +108,16 @@ def _foreign_variable(var: Variable, program: "Program", where: tuple) -> None:
             f"op {op_type!r} {kind} {slot!r}: persistable variable {var.name!r} of {var.block.program._label()} "
             f"(shape {list(var.shape)}, {var.dtype}) is used in {program._label()}, which declares that name "
             f"differently (shape {list(mine.shape)}, {mine.dtype}, persistable={mine.persistable})")
+    if kind == "input":
+        # A clone (``default_main_program().clone()``) computes its own copy of the variable: Fluid's
+        # ops hold names, so the AttGAN/STGAN trainers use a Variable built in the main program
+        # inside the clone they train. Resolved by name where ``program`` declares it alike and
+        # one of its ops writes it (its value exists when ``program`` runs).
+        mine = program.global_block().vars.get(var.name)
+        if (mine is not None and tuple(mine.shape) == tuple(var.shape) and mine.dtype == var.dtype
+                and mine.lod_level == var.lod_level
+                and any(var.name in op.output_arg_names for op in program.global_block().ops)):
+            return
     raise VariableNotFoundError(
         f"op {op_type!r} {kind} {slot!r}: variable {var.name!r} belongs to {var.block.program._label()}, "
         f"but the op is being added to {program._label()}. A Variable that is not persistable can only be "

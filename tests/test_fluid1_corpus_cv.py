@@ -271,3 +271,28 @@ def test_gradients_of_a_batch_of_scores_seed_by_the_run_time_shape():
     assert ours[0].shape == (4, 3)
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ours[1].reshape(-1), np.asarray(theirs[1]).reshape(-1), rtol=1e-5)
+
+
+# -- a Variable of the main program used in its clone (AttGAN/STGAN trainers) ----------------------
+def test_variable_of_the_main_program_resolves_by_name_in_its_clone():
+    """trainer/AttGAN.py builds ``label_trg_ = (label_trg * 2 - 1) * thres`` in the main program, then
+    each trainer clones it and builds its network under ``program_guard(clone)`` using that Variable:
+    the clone computes the same-named copy, so the name resolves (Fluid's ops hold names). A
+    Variable the other program does not compute stays an error."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3], dtype="float32")
+        shifted = (x * 2.0 - 1.0) * 0.5
+        clone = main.clone()
+        with fluid.program_guard(clone, startup):
+            y = fluid.layers.elementwise_mul(fluid.layers.fill_constant([1], "float32", 3.0), shifted)
+            out = fluid.layers.reduce_sum(y, dim=1)
+    assert y.block.program is clone
+    feed = {"x": np.random.RandomState(9).randn(2, 3).astype("float32")}
+    ours, theirs = _run_both(clone, startup, feed, [out])
+    np.testing.assert_allclose(ours[0], ((feed["x"] * 2 - 1) * 0.5 * 3).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5)
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(fluid.VariableNotFoundError if hasattr(fluid, "VariableNotFoundError") else Exception,
+                           match="belongs to"):
+            fluid.layers.scale(shifted, 2.0)
