@@ -132,9 +132,12 @@ def _fluid_trailing_one(data: np.ndarray, declared: tuple[int, ...]) -> np.ndarr
     return data
 
 
-def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...], var) -> LoDValue:
+def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, ...], var,
+                   bucket_sequences: bool | None = None) -> LoDValue:
     """A feed of a ``lod_level > 0`` variable: a LoDTensor with that many levels, as a padded
-    :class:`LoDValue` (see ``lod_value.py``)."""
+    :class:`LoDValue` (see ``lod_value.py``); its sequence count padded to a bucket when
+    ``bucket_sequences`` (default: ``FLAGS_bucket_sequences``; the JAX-function bridge passes
+    False: its results are arrays of the exact sequence count, which cannot be cut inside jit)."""
     if not isinstance(value, LoDTensor):
         # Fluid's rule: a dense array fed to a lod_level > 0 variable (a feed dict, or a py_reader
         # slot declared with lod_levels) is a tensor with no LoD, as Fluid's executor made it
@@ -149,7 +152,7 @@ def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, .
         data = _fluid_trailing_one(data, declared)
     data = check_feed(name, data, want, declared, var)
     _check_offsets(name, lod, data.shape[0])
-    return from_host(np.asarray(data), lod, flags.bucket_sequences)
+    return from_host(np.asarray(data), lod, flags.bucket_sequences if bucket_sequences is None else bucket_sequences)
 
 
 # LoD-aware ops (``lower.lod_aware``) whose rules take a *counted* value (one row per sequence or a

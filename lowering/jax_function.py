@@ -122,7 +122,7 @@ class JaxFunction:
         same buckets). A LoDValue is a pytree whose LoD sizes are static: pass it to ``jax.jit(fn)``
         (each bucket compiles once, as in the Executor)."""
         var = self.program.global_block().var(name)
-        return check_lod_feed(name, value, dtypes.to_numpy(var.dtype), var.shape, var)
+        return check_lod_feed(name, value, dtypes.to_numpy(var.dtype), var.shape, var, bucket_sequences=False)
 
     def __call__(self, variables: Mapping[str, Mapping[str, Any]], *inputs, rng: jax.Array | None = None):
         if len(inputs) == 1 and isinstance(inputs[0], Mapping):

@@ -618,9 +618,9 @@ def _flatten_lod_tensor(tensor: LoDTensor):
         return (), ("empty",)
     if not tensor._lod:
         return (value,), ("dense",)
-    from . import flags
     from .lod_value import from_host
-    children, aux = from_host(np.asarray(value), tensor._lod, flags.bucket_sequences).tree_flatten()
+    # the exact sequence count (no padding sequences): a bridge's results are arrays of it
+    children, aux = from_host(np.asarray(value), tensor._lod).tree_flatten()
     return children, ("lod", aux)
 
 
