@@ -199,6 +199,22 @@ def check_model(model: str, modes) -> dict:
     got = read(scope8, names)
     want = emulate(main, startup, loss, feeds, uneven, lambda b: paddle_shares(b, jax.device_count()))
     one_rel = None
+    if model == "crf":            # GradientScaleStrategy.One: the per-device gradients summed
+        strategy = fj.BuildStrategy()
+        strategy.gradient_scale_strategy = fj.BuildStrategy.GradientScaleStrategy.One
+        summed = fj.CompiledProgram(main, strategy).with_data_parallel(loss_name=loss.name)
+        _, scope_one, _ = train(summed, startup, loss, feeds, even)
+        # Summed gradients of equal shares of a mean loss are n times the batch's: for Momentum
+        # (velocity from 0) that is one device on the whole batch at n times the learning rate.
+        exe1, scale_ref = fj.Executor(), fj.Scope()
+        exe1.run(startup, scope=scale_ref)
+        rate = next(op.inputs["LearningRate"][0] for op in main.global_block().ops if op.type == "momentum")
+        lr = scale_ref.find_var(rate).get_tensor()
+        lr.set(np.asarray(lr._value) * jax.device_count())
+        train(main, startup, loss, feeds, even, scope=scale_ref)
+        want_one = read(scale_ref, params)
+        out["scale_one"] = {"param_rel": max_rel(want_one, read(scope_one, params)),
+                            "mean_rel": max_rel(want_one, read(scope1, params))}
     if model == "crf":            # one device on the whole 15-sequence batches: another step
         _, scope15, _ = train(main, startup, loss, feeds, uneven)
         one_rel = max_rel(read(scope15, params), {k: got[k] for k in params})

@@ -112,6 +112,15 @@ def test_uneven_batches_follow_paddles_rule(worker, model):
 
 
 @pytest.mark.slow
+def test_gradient_scale_one_sums_the_devices_gradients(worker):
+    """BuildStrategy.GradientScaleStrategy.One: every device's loss gradient is 1 and the gradients
+    are summed — 8 times the batch's for 8 equal shares of a mean loss, which for Momentum is one
+    device at 8 times the learning rate — unlike the default average."""
+    r = worker["crf"]["scale_one"]
+    assert r["param_rel"] <= 1e-5 and r["mean_rel"] > 1e-3, r
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_a_batch_paddle_refuses_is_a_feed_error(worker, model):
     assert "refuses" in worker[model]["refused"]
