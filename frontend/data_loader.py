@@ -165,7 +165,21 @@ class GeneratorLoader:
             source.close()
 
     def __call__(self):
-        return self.__iter__()
+        """The loader itself, as Fluid 1.8's ``loader()``: ``for data in loader():`` iterates it, and
+        a model's ``self.dataloader()`` gets the loader to ``set_sample_list_generator`` on
+        (PaddleCV/video: the attribute shadows the method of the same name)."""
+        return self
+
+    def __next__(self):
+        """The next item of the current pass (one starts when none is running), as Fluid's
+        ``next(loader())``; StopIteration ends the pass."""
+        if getattr(self, "_pass", None) is None:
+            self._pass = iter(self)
+        try:
+            return next(self._pass)
+        except StopIteration:
+            self._pass = None
+            raise
 
     def __iter__(self):
         if not self._iterable:

@@ -296,3 +296,23 @@ def test_variable_of_the_main_program_resolves_by_name_in_its_clone():
         with pytest.raises(fluid.VariableNotFoundError if hasattr(fluid, "VariableNotFoundError") else Exception,
                            match="belongs to"):
             fluid.layers.scale(shifted, 2.0)
+
+
+# -- DataLoader() is the loader (PaddleCV/video's model.dataloader()) --------------------------------
+def test_calling_a_data_loader_returns_the_loader():
+    """video/models/model.py: ``self.dataloader = DataLoader.from_generator(...)`` shadows the
+    ``dataloader()`` method, so train.py's ``train_model.dataloader()`` calls the loader: Fluid 1.8's
+    ``__call__`` returns the loader itself, which is then iterated or given its generator."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        x = fluid.data("x", shape=[None, 2], dtype="float32")
+        total = fluid.layers.reduce_sum(x)
+        loader = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=4, iterable=True)
+    assert loader() is loader
+    loader().set_sample_list_generator(lambda: iter([[(np.ones(2, "float32") * i,)] for i in range(3)]),
+                                       places=fluid.CPUPlace())
+    exe = fluid.Executor(fluid.CPUPlace())
+    got = [float(np.asarray(exe.run(main, feed=d, fetch_list=[total])[0]).reshape(-1)[0]) for d in loader()]
+    assert got == [0.0, 2.0, 4.0]
+    first = next(loader())
+    assert float(np.asarray(exe.run(main, feed=first, fetch_list=[total])[0]).reshape(-1)[0]) == 0.0
