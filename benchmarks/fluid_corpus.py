@@ -729,7 +729,29 @@ def data_bmn(d: str) -> None:
         json.dump(anno, f)
 
 
-DATA = {"bmn": data_bmn, "mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
+def data_youtube8m(d: str) -> None:
+    """YouTube-8M frame features as PaddleCV/video's feature_reader reads them (AttentionLSTM,
+    AttentionCluster, NeXtVLAD): data/dataset/youtube8m/{train,val}.list naming pickle files (the
+    dataset's own format: a list of records with byte keys nframes, feature uint8 [n, 1024], audio
+    uint8 [n, 128], label ids, video), 4 videos of 100 frames each."""
+    import pickle
+    import numpy as np
+    r = _rng("youtube8m")
+    root = os.path.join(d, "data", "dataset", "youtube8m")
+    os.makedirs(root, exist_ok=True)
+    for part in ("train", "val"):
+        records = [{b"nframes": 100, b"feature": r.randint(0, 256, (100, 1024)).astype("uint8"),
+                    b"audio": r.randint(0, 256, (100, 128)).astype("uint8"),
+                    b"label": [int(v) for v in r.randint(0, 3862, 1 + i % 3)], b"video": f"{part}{i}".encode()}
+                   for i in range(4)]
+        path = os.path.join(root, f"{part}.pkl")
+        with open(path, "wb") as f:
+            pickle.dump(records, f, protocol=2)
+        with open(os.path.join(root, f"{part}.list"), "w") as f:
+            f.write(path + "\n")
+
+
+DATA = {"youtube8m": data_youtube8m, "bmn": data_bmn, "mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
         "wide_deep": data_wide_deep, "din": data_din, "ncf": data_ncf, "gnn": data_gnn, "mmoe": data_mmoe,
         "gru4rec": data_gru4rec,
         "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr,
@@ -818,7 +840,9 @@ SCRIPTS += [dict(name="video_" + m.lower(), target="video", path=f"{R18CV}/video
                  args=["--model_name", m, "--config", f"configs/{m.lower()}.yaml", "--use_gpu", "False",
                        "--batch_size", "2", "--epoch", "1", "--log_interval", "1", "--valid_interval", "100",
                        "--save_dir", "{data}/out"],
-                 **(dict(data="bmn", in_data=True) if m == "BMN" else {})) for m in VIDEO]
+                 **(dict(data="bmn", in_data=True) if m == "BMN" else
+                    dict(data="youtube8m", in_data=True) if m in ("AttentionLSTM", "AttentionCluster", "NEXTVLAD")
+                    else {})) for m in VIDEO]
 GAN = ["CGAN", "DCGAN", "CycleGAN", "Pix2pix", "StarGAN", "AttGAN", "STGAN", "SPADE"]
 SCRIPTS += [dict(name="gan_" + m.lower(), target="GAN", path=f"{R18CV}/gan/train.py",
                  args=["--model_net", m, "--dataset", {"CGAN": "mnist", "DCGAN": "mnist", "StarGAN": "celeba",
