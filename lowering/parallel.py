@@ -515,6 +515,9 @@ class ShardedStep:
             hosts.append((data, lod))
             shares.append(share)
         counted = flags.bucket_sequences or any(len(set(sh)) > 1 for sh in shares if sh)
+        if self.multi_process:     # one process's uneven shares make every process count its sequences
+            from jax.experimental import multihost_utils
+            counted = bool(np.asarray(multihost_utils.process_allgather(np.int64(counted))).max())
         as_rows = [False] * len(names)
         if counted:
             rows_read = _read_as_rows(self.plan.ops)
@@ -523,14 +526,9 @@ class ShardedStep:
         sizes = [share_sizes(p, counted and (h[1] is not None or r)) if p else []
                  for p, h, r in zip(pieces, hosts, as_rows)]
         if self.multi_process:     # every process's shares padded alike: one step shape everywhere
-            from jax.experimental import multihost_utils
-            flat = np.asarray([int(counted)] + [x for sz in sizes for x in sz], np.int64)
+            flat = np.asarray([x for sz in sizes for x in sz], np.int64)
             agreed = np.asarray(multihost_utils.process_allgather(flat)).reshape(-1, flat.size).max(axis=0)
-            if bool(agreed[0]) != counted:
-                raise FeedError("a data-parallel LoD run over several processes: one process's shares differ in "
-                                "size and another's do not; set fj.set_flags({'FLAGS_bucket_sequences': True}) "
-                                "on every process")
-            at = 1
+            at = 0
             for sz in sizes:
                 sz[:] = agreed[at:at + len(sz)].tolist()
                 at += len(sz)
