@@ -16,6 +16,15 @@ The first losses of the three sides are checked to agree before anything is time
 printed: how many times fluidjax compiles over a 100-batch epoch of random lengths.
 
     python benchmarks/sequence.py [--steps N] [--models conv,lstm]
+
+``--alone`` (one command printing the ratios of issue 30): the stacked-LSTM model only, SGD by
+default, batches 32 and 64; fluidjax and Paddle each alone in its own process (the machine's
+cores to itself), the processes alternating round by round; also fluidjax at equal lengths with
+the same number of tokens (the ragged step's cost against the same work unragged). Prints each
+configuration's median over rounds with the spread of the rounds, Paddle/fluidjax and
+fluidjax ragged/fixed:
+
+    python benchmarks/sequence.py --alone [--batches 32,64] [--rounds 3] [--steps 10] [--optimizer sgd] [--before]
 """
 
 from __future__ import annotations
@@ -242,12 +251,185 @@ def compile_count(model: str, batches) -> int:
     return exe.trace_count - before
 
 
+# -- each side alone in its own process (--alone) --------------------------------------------------
+def _equal_lengths(lengths: list[int]) -> list[int]:
+    """As many sequences and tokens as ``lengths``, the lengths equal (differing by at most one)."""
+    total, n = sum(lengths), len(lengths)
+    return [total // n + (i < total % n) for i in range(n)]
+
+
+def _alone_batches(batch: int, shape: str, count: int = 8):
+    out = []
+    for ids, lengths, labels in bm_batches(count, batch):
+        if shape == "fixed":
+            lengths = _equal_lengths(lengths)
+        out.append((ids, lengths, labels))
+    return out
+
+
+def bm_batches(count: int, batch: int, seed: int = 1):
+    from benchmarks import book_models as bm
+
+    return list(bm.sentiment_batches(count, batch, dict_dim=DICT, low=LOW, high=HIGH, seed=seed))
+
+
+def _build_lstm(optimizer: str):
+    """The stacked-LSTM program with ``optimizer`` (sgd or adam): (main, startup, model, forward bytes)."""
+    import fluidjax as fj
+    from benchmarks import book_models as bm
+
+    main, startup = fj.Program(), fj.Program()
+    startup.random_seed = 5
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        m = bm.understand_sentiment_lstm(dict_dim=DICT, emb_dim=EMB, hid_dim=LSTM_HID, class_dim=CLASSES)
+    forward = main.serialize()
+    with fj.program_guard(main, startup):
+        if optimizer == "sgd":
+            fj.optimizer.SGD(learning_rate=LR).minimize(m.loss)
+        else:
+            fj.optimizer.Adam(learning_rate=LR, beta1=BETA1, beta2=BETA2, epsilon=EPS).minimize(m.loss)
+    return main, startup, m, forward
+
+
+def _child(side: str, batch: int, shape: str, steps: int, optimizer: str, workdir: str) -> None:
+    """One side, alone in this process: prints 'LOSSES l1 l2' then 'MS median'."""
+    import statistics
+    import time
+
+    data = _alone_batches(batch, shape)
+    if side.startswith("fluidjax"):
+        import fluidjax as fj
+        from fluidjax.lowering.ops import recurrent_lod
+
+        recurrent_lod.RAGGED = side != "fluidjax-padded"     # the padded loop the ragged one replaced
+
+        main, startup, m, _ = _build_lstm(optimizer)
+        exe, scope = fj.Executor(), fj.Scope()
+        exe.run(startup, scope=scope)
+        with np.load(os.path.join(workdir, "params.npz")) as f:
+            for name in f.files:
+                scope.find_var(name).get_tensor().set(f[name], fj.CPUPlace())
+
+        def step(ids, lengths, labels):
+            feed = {"words": fj.create_lod_tensor(ids, [lengths]), "label": labels}
+            return exe.run(main, feed=feed, fetch_list=[m.loss], scope=scope)[0]
+    else:
+        os.environ.setdefault("GLOG_minloglevel", "2")
+        import paddle
+
+        paddle.enable_static()
+        with open(os.path.join(workdir, "forward.pb"), "rb") as f:
+            prog = paddle.static.Program.parse_from_string(f.read())
+        with open(os.path.join(workdir, "loss.txt")) as f:
+            loss_name = f.read().strip()
+        startup = paddle.static.Program()
+        with paddle.static.program_guard(prog, startup):
+            opt = paddle.optimizer.SGD(learning_rate=LR) if optimizer == "sgd" else \
+                paddle.optimizer.Adam(learning_rate=LR, beta1=BETA1, beta2=BETA2, epsilon=EPS)
+            opt.minimize(prog.global_block().var(loss_name))
+        scope, place = paddle.static.Scope(), paddle.CPUPlace()
+        exe = paddle.static.Executor(place)
+        with paddle.static.scope_guard(scope), np.load(os.path.join(workdir, "params.npz")) as f:
+            exe.run(startup)
+            for name in f.files:
+                scope.var(name).get_tensor().set(f[name], place)
+
+        def step(ids, lengths, labels):
+            with paddle.static.scope_guard(scope):
+                words = paddle.base.create_lod_tensor(ids, [lengths], place)
+                return exe.run(prog, feed={"words": words, "label": labels}, fetch_list=[loss_name])[0]
+    losses = [float(np.asarray(step(*b)).reshape(-1)[0]) for b in data[:2]]
+    print("LOSSES", *losses, flush=True)
+    for b in data[2:4]:
+        step(*b)
+    times = []
+    for i in range(steps):
+        start = time.perf_counter()
+        np.asarray(step(*data[i % len(data)]))
+        times.append(time.perf_counter() - start)
+    print("MS", statistics.median(times) * 1e3, flush=True)
+
+
+def alone(batches: list[int], rounds: int, steps: int, optimizer: str, before: bool = False) -> None:
+    """Every (side, batch, lengths) alone in its own process, the sides alternating round by round;
+    prints the per-round medians, their spread, and the ratios Paddle/fluidjax (ragged) and
+    fluidjax ragged / fluidjax fixed (equal lengths, the same tokens); with ``before`` also fluidjax
+    with the padded loop (``recurrent_lod.RAGGED = False``) on the ragged batches."""
+    import subprocess
+    import tempfile
+
+    import fluidjax as fj
+
+    main, startup, m, forward = _build_lstm(optimizer)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    params = {p.name: np.asarray(scope.find_var(p.name).get_tensor()).copy()
+              for p in main.global_block().all_parameters()}
+    print(f"stacked-LSTM classifier (hidden {LSTM_HID // 4}, 3 layers), {optimizer.upper()} step, lengths uniform "
+          f"{LOW}..{HIGH}; each side alone in its own process, {rounds} alternating rounds of {steps} steps")
+    with tempfile.TemporaryDirectory() as workdir:
+        np.savez(os.path.join(workdir, "params.npz"), **params)
+        with open(os.path.join(workdir, "forward.pb"), "wb") as f:
+            f.write(forward)
+        with open(os.path.join(workdir, "loss.txt"), "w") as f:
+            f.write(m.loss.name)
+        runs = [("paddle", "ragged"), ("fluidjax", "ragged"), ("fluidjax", "fixed")]
+        if before:
+            runs.append(("fluidjax-padded", "ragged"))
+        for batch in batches:
+            ms = {r: [] for r in runs}
+            losses = {}
+            for k in range(rounds):
+                order = runs[k % len(runs):] + runs[:k % len(runs)]
+                for side, shape in order:
+                    cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--batch", str(batch),
+                           "--shape", shape, "--steps", str(steps), "--optimizer", optimizer, "--workdir", workdir]
+                    out = subprocess.run(cmd, capture_output=True, text=True)
+                    if out.returncode:
+                        raise RuntimeError(f"{side} {shape} failed:\n{out.stderr[-3000:]}")
+                    for line in out.stdout.splitlines():
+                        if line.startswith("LOSSES"):
+                            losses[(side, shape)] = [float(v) for v in line.split()[1:]]
+                        if line.startswith("MS"):
+                            ms[(side, shape)].append(float(line.split()[1]))
+            np.testing.assert_allclose(losses[("fluidjax", "ragged")], losses[("paddle", "ragged")], rtol=1e-4)
+            med = {r: float(np.median(v)) for r, v in ms.items()}
+            for r in runs:
+                print(f"batch {batch} {r[0]:>8} {r[1]:>6}: median {med[r]:7.1f} ms  (rounds {min(ms[r]):.1f}..{max(ms[r]):.1f})"
+                      f"  first losses {losses[r]}")
+            per_round = [p / f for p, f in zip(ms[("paddle", "ragged")], ms[("fluidjax", "ragged")])]
+            own = [a / b for a, b in zip(ms[("fluidjax", "ragged")], ms[("fluidjax", "fixed")])]
+            print(f"batch {batch}: Paddle/fluidjax (ragged) {med[runs[0]] / med[runs[1]]:.2f} "
+                  f"(rounds {min(per_round):.2f}..{max(per_round):.2f}); fluidjax ragged/fixed "
+                  f"{med[runs[1]] / med[runs[2]]:.2f} (rounds {min(own):.2f}..{max(own):.2f})")
+            if before:
+                gain = [a / b for a, b in zip(ms[runs[3]], ms[runs[1]])]
+                print(f"batch {batch}: fluidjax padded loop / ragged {med[runs[3]] / med[runs[1]]:.2f} "
+                      f"(rounds {min(gain):.2f}..{max(gain):.2f})")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--models", default="conv,lstm")
     parser.add_argument("--epoch", type=int, default=100, help="batches in the compile-count epoch (0: skip)")
+    parser.add_argument("--alone", action="store_true",
+                        help="stacked LSTM only: every side alone in its own process, alternating (see alone())")
+    parser.add_argument("--batches", default="32,64", help="--alone: batch sizes")
+    parser.add_argument("--rounds", type=int, default=3, help="--alone: alternating rounds")
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"], help="--alone: the optimizer")
+    parser.add_argument("--before", action="store_true", help="--alone: also fluidjax with the padded loop")
+    parser.add_argument("--child", choices=["fluidjax", "fluidjax-padded", "paddle"], help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=BATCH, help=argparse.SUPPRESS)
+    parser.add_argument("--shape", default="ragged", choices=["ragged", "fixed"], help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child, args.batch, args.shape, args.steps, args.optimizer, args.workdir)
+        return
+    if args.alone:
+        alone([int(b) for b in args.batches.split(",")], args.rounds, args.steps, args.optimizer, args.before)
+        return
     import jax
 
     print(f"device: {jax.devices()[0]}; batch {BATCH}, lengths uniform in {LOW}..{HIGH}, Adam")

@@ -1,7 +1,7 @@
 """The ragged recurrence of ``lstm`` / ``gru`` / ``lstmp`` (``lowering/ops/_ragged.py``): sequences sorted
 by length, phases of a shrinking static active batch, so the work follows the real tokens.
 
-Checked: the batch layout is Paddle's sequence2batch order (NumPy); forward and gradients of
+Checked: the sequences run in Paddle's sequence2batch order and every phase holds the running ones; forward and gradients of
 ``dynamic_lstm`` (peepholes or not, reverse), ``dynamic_gru`` (reverse, origin_mode) against Paddle
 2.6.2 running the same program bytes and against the padded loop it replaced
 (``recurrent_lod.RAGGED = False``); ``dynamic_lstmp`` (Paddle 2.6 has no kernel) against that loop
@@ -15,7 +15,7 @@ import pytest
 import fluidjax as fj
 from fluidjax import layer
 from fluidjax.lowering.ops import recurrent_lod
-from fluidjax.lowering.ops._ragged import batch_levels, schedule
+from fluidjax.lowering.ops._ragged import _sorted_sequences, batch_levels
 
 LENGTHS = {
     "empty": [3, 0, 5, 1, 4],
@@ -42,29 +42,22 @@ def test_batch_levels_descend_from_the_count_to_one_with_bounded_gaps(count):
     assert len(levels) <= 8 + (count - 1).bit_length()
 
 
-@pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("case", sorted(LENGTHS))
-def test_the_batch_layout_is_paddles_sequence2batch_order(case, reverse):
-    """Step-major, and within a step the running sequences longest first (ties in sequence order)."""
+def test_sequences_run_in_paddles_batch_order_and_each_phase_holds_the_running_ones(case):
+    """Longest first (ties in sequence order, as a stable sort); each phase's width holds every
+    sequence still running during it, and the last phase ends at the longest length."""
     lengths = LENGTHS[case]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    total = int(offsets[-1])
-    rows = 1 << max(total - 1, 0).bit_length()
-    sched = schedule(offsets, rows, rows, batch_levels(len(lengths)), reverse)
-    order = sorted(range(len(lengths)), key=lambda s: -lengths[s])
-    expect = [(offsets[s + 1] - 1 - t if reverse else offsets[s] + t)
-              for t in range(max(lengths)) for s in order if t < lengths[s]]
-    row_of, pos_of = np.asarray(sched.row_of), np.asarray(sched.pos_of)
-    assert row_of[:total].tolist() == expect
-    assert pos_of[row_of[:total]].tolist() == list(range(total))
-    # each phase's width holds every sequence running during it
-    ends = np.asarray(sched.ends)
+    levels = batch_levels(len(lengths))
+    order, first, end, length, ends = (np.asarray(v) for v in _sorted_sequences(offsets, levels))
+    assert order.tolist() == sorted(range(len(lengths)), key=lambda s: -lengths[s])
+    assert first.tolist() == offsets[:-1][order].tolist() and end.tolist() == offsets[1:][order].tolist()
     running = [sum(n > t for n in lengths) for t in range(max(lengths))]
-    first = 0
-    for width, end in zip(batch_levels(len(lengths)), ends):
-        assert all(running[t] <= width for t in range(first, max(first, end)))
-        first = max(first, end)
-    assert first == max(lengths)
+    start = 0
+    for width, stop in zip(levels, ends):
+        assert all(running[t] <= width for t in range(start, max(start, stop)))
+        start = max(start, stop)
+    assert start == max(lengths)
 
 
 # -- the ops against Paddle and the padded loop -------------------------------------------------------

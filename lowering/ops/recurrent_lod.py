@@ -13,17 +13,18 @@ Gate layouts (Paddle 2.6.2's kernels; the op-test rows check them against Paddle
 - ``lstm_unit``: the 4D columns of X are (i, f, o, g); ``forget_bias`` is added to f's input.
 
 How a recurrence runs inside ``jax.jit``: a LoD input is rows padded to a bucket plus offsets
-(``lowering/lod_value.py``). The number of sequences is static, their longest length is not (only
-the padded row count bounds it, and that bound can be 30x the real one). So the recurrence is a
-loop of exactly ``max(lengths)`` steps, a traced trip count: step t gathers row
-``start + t`` (``end - 1 - t`` with ``is_reverse``) of every sequence still running, updates a
-[num_seqs, D] state, and scatters its outputs back to those rows; finished sequences keep their
-state and write nothing, empty sequences never run. A loop with a traced trip count is a
-``while_loop``, which JAX cannot differentiate in reverse, so the recurrence carries its own vjp
-(:func:`_recurrence`): a second loop walks the steps backwards, differentiating one step at a
-time with ``jax.vjp`` of the cell. It saves what Paddle saves — per row, the state and the gate
-pre-activations, O(rows · D) memory, nothing proportional to padding — so the backward redoes no
-matrix product, and the weight gradient is one [D, rows] x [rows, 4D] product after the loop.
+(``lowering/lod_value.py``). The number of sequences is static, their lengths are not. By default
+(``RAGGED``) the sequences are sorted by length and run in phases of a shrinking static active
+batch (``_ragged.py``), so the work follows the real tokens as Paddle's sequence2batch does. The
+padded loop below stays as the reference: a loop of exactly ``max(lengths)`` steps (a traced trip
+count), step t gathering row ``start + t`` (``end - 1 - t`` with ``is_reverse``) of every
+sequence still running, updating a [num_seqs, D] state and scattering its outputs back to those
+rows; finished sequences keep their state and write nothing, empty sequences never run. Both are
+``while`` loops, which JAX cannot differentiate in reverse, so each carries its own vjp: a second
+loop walks the steps backwards, differentiating one step at a time with ``jax.vjp`` of the cell.
+It saves what Paddle saves — per row, the state and the gate pre-activations, O(rows · D) memory,
+nothing proportional to padding — so the backward redoes no matrix product, and the weight
+gradient is one [D, rows] x [rows, 4D] product after the loop.
 
 Paddle quirks kept: ``lstm_grad`` ignores Cell's gradient (Paddle's grad op has no Cell@GRAD
 input), so Cell is a no-gradient output here too; only Hidden's gradient flows. The intermediate
@@ -44,9 +45,9 @@ from jax import lax
 
 from ...ir.registry import op
 from ...ir.shape import InferShapeContext
-from ..lod_value import LoDValue, longest_of, sequence_count
+from ..lod_value import LoDValue, sequence_count
 from ..lower import lod_aware, plain_row_outputs
-from ._ragged import batch_levels, ragged_recurrence
+from ._ragged import batch_levels, previous_rows, ragged_recurrence
 from ._shapes import dims_equal
 
 # Paddle's GetActivationType names (lstm also lists them in its attrs' InEnum); the _v2 forms are
@@ -130,18 +131,7 @@ def _step_count(offsets):
     return jnp.max(offsets[1:] - offsets[:-1], initial=0)
 
 
-def _previous_rows(state_rows, init, offsets, reverse: bool):
-    """For every row, the state its step started from: the row before it in its sequence (after
-    it with ``reverse``), or the sequence's initial state for its first step."""
-    rows = state_rows.shape[0]
-    count = offsets.shape[0] - 1
-    r = jnp.arange(rows, dtype=offsets.dtype)
-    seg = jnp.minimum(jnp.searchsorted(offsets[1:], r, side="right"), max(count - 1, 0))
-    first = r == (offsets[seg + 1] - 1 if reverse else offsets[seg])
-    shifted = jnp.roll(state_rows, -1 if reverse else 1, axis=0)
-    if count == 0:
-        return shifted
-    return jnp.where(first[:, None], init[seg], shifted)
+_previous_rows = previous_rows    # (shared with the ragged recurrence)
 
 
 def _run_forward(cell: _Cell, x_rows, w_lin, params, init, offsets):
@@ -224,10 +214,7 @@ def _run_recurrence(cell: _Cell, x_rows, w_lin, params, init, offsets):
     count = offsets.shape[0] - 1
     if not RAGGED or count == 0:
         return _recurrence(cell, x_rows, w_lin, params, init, offsets)
-    rows = x_rows.shape[0]
-    longest = longest_of(offsets)
-    steps_bound = max(1, min(rows, longest if longest is not None else rows))
-    return ragged_recurrence(cell, x_rows, w_lin, params, init, offsets, steps_bound, batch_levels(count))
+    return ragged_recurrence(cell, x_rows, w_lin, params, init, offsets, batch_levels(count))
 
 
 # -- shape rules ----------------------------------------------------------------------------------
