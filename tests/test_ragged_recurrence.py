@@ -114,7 +114,9 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("kind, opts, case", CONFIGS, ids=[f"{k}-{'-'.join(o) or 'default'}-{c}" for k, o, c in CONFIGS])
+@pytest.mark.parametrize("kind, opts, case", [
+    pytest.param(*c, id=f"{c[0]}-{'-'.join(c[1]) or 'default'}-{c[2]}", marks=() if i in (0, 6) else pytest.mark.slow)
+    for i, c in enumerate(CONFIGS)])   # the many-sequence lstm and gru rows always; the rest are slow
 def test_ragged_recurrence_equals_paddle_and_the_padded_loop(kind, opts, case):
     lengths = LENGTHS[case]
     main, startup, fetch = _program(kind, opts)
@@ -127,10 +129,10 @@ def test_ragged_recurrence_equals_paddle_and_the_padded_loop(kind, opts, case):
 
 
 @pytest.mark.parametrize("opts, case", [
-    ({}, "many"), ({}, "one"),
+    ({}, "many"), pytest.param({}, "one", marks=pytest.mark.slow),
     ({"is_reverse": True, "use_peepholes": False, "cell_clip": 0.3, "proj_clip": 0.5, "proj_activation": "identity"},
      "empty"),
-    ({"is_reverse": True}, "equal")])
+    pytest.param({"is_reverse": True}, "equal", marks=pytest.mark.slow)])
 def test_ragged_lstmp_equals_the_padded_loop_and_fluids_equations(opts, case):
     from optable.lstmp_cases import _lstmp_ref
 
