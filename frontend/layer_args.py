@@ -111,6 +111,9 @@ def shape_arguments(shape, layer: str, helper: "LayerHelper", *, tensor_slot: st
     """
     from ..ir.variable import Variable
 
+    if isinstance(shape, Variable) and shape.ndim == 0 and shape.dtype in ("int32", "int64"):
+        # one int (``layers.shape(x)[0]``, which Fluid 1.x made [1]): a shape of one dim
+        return [-1], {tensor_slot: shape}
     if isinstance(shape, Variable):
         if shape.ndim != 1 or shape.shape[0] < 0:
             raise TypeError(f"{layer}: a shape given as a Variable must be 1-D with a known length, "

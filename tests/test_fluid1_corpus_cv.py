@@ -316,3 +316,18 @@ def test_calling_a_data_loader_returns_the_loader():
     assert got == [0.0, 2.0, 4.0]
     first = next(loader())
     assert float(np.asarray(exe.run(main, feed=first, fetch_list=[total])[0]).reshape(-1)[0]) == 0.0
+
+
+def test_shape_given_as_one_int_variable_is_one_dim():
+    """AttGAN/STGAN's gradient penalty: ``uniform_random(shape=layers.shape(a)[0])`` — Fluid 1.x's
+    ``shape(a)[0]`` was a [1] tensor, so the shape has one dim: the batch size, read at trace."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        a = fluid.layers.data("a", shape=[3, 2], dtype="float32")
+        alpha = fluid.layers.uniform_random(shape=fluid.layers.shape(a)[0], min=0.0, max=1.0)
+        ones = fluid.layers.fill_constant(shape=fluid.layers.shape(a)[0], dtype="float32", value=2.0)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    got, two = exe.run(main, feed={"a": np.zeros((5, 3, 2), "float32")}, fetch_list=[alpha, ones])
+    assert got.shape == (5,) and np.all((got >= 0) & (got < 1)) and len(np.unique(got)) == 5
+    np.testing.assert_array_equal(two, np.full(5, 2.0, "float32"))
