@@ -749,6 +749,8 @@ def data_youtube8m(d: str) -> None:
             pickle.dump(records, f, protocol=2)
         with open(os.path.join(root, f"{part}.list"), "w") as f:
             f.write(path + "\n")
+    os.makedirs(os.path.join(root, "yt8m_pca"), exist_ok=True)      # NeXtVLAD's PCA eigenvalues
+    np.save(os.path.join(root, "yt8m_pca", "eigenvals.npy"), r.uniform(0.1, 2.0, (1024, 1)).astype("float32"))
 
 
 DATA = {"youtube8m": data_youtube8m, "bmn": data_bmn, "mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
@@ -837,7 +839,9 @@ SCRIPTS += [
 ]
 VIDEO = ["TSN", "TSM", "AttentionLSTM", "AttentionCluster", "NEXTVLAD", "STNET", "NONLOCAL", "CTCN", "BMN"]
 SCRIPTS += [dict(name="video_" + m.lower(), target="video", path=f"{R18CV}/video/train.py",
-                 args=["--model_name", m, "--config", f"configs/{m.lower()}.yaml", "--use_gpu", "False",
+                 args=["--model_name", m, "--config", "configs/" + {"AttentionLSTM": "attention_lstm",
+                                                                    "AttentionCluster": "attention_cluster"}
+                       .get(m, m.lower()) + ".yaml", "--use_gpu", "False",
                        "--batch_size", "2", "--epoch", "1", "--log_interval", "1", "--valid_interval", "100",
                        "--save_dir", "{data}/out"],
                  **(dict(data="bmn", in_data=True) if m == "BMN" else
