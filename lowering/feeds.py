@@ -338,7 +338,9 @@ def bucket_sequence_rows(values: list, specs, ops) -> list:
             seen.add(n)
         groups.setdefault(n, []).append((i, name))
     for n, members in groups.items():
-        wanted = n in counts or any(len(info.seen[name]) >= DENSE_ROWS_AFTER for _, name in members)
+        # one row (it may broadcast against other rows) and no row stay exact: as counted rows they
+        # would need equal counts (lower._check_same_counts) or give a mean of nothing
+        wanted = n in counts or (n > 1 and any(len(info.seen[name]) >= DENSE_ROWS_AFTER for _, name in members))
         if not wanted or (n in exact and n not in counts):
             continue
         safe = True
