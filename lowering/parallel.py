@@ -57,7 +57,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..ir.errors import FeedError, NotOfferedError
 from ..ir.program import Program
 from . import flags
-from .feeds import _read_as_rows
+from .feeds import _plan_rows, _read_as_rows, counted_reach
 from .lod_split import host_feed, merge_fetch, merge_place_feeds, paddle_shares, share_sizes, split_host, stack_shares
 from .lod_value import LoDValue
 
@@ -514,14 +514,20 @@ class ShardedStep:
                 share = paddle_shares(batch, n, name)
             hosts.append((data, lod))
             shares.append(share)
-        counted = flags.bucket_sequences or any(len(set(sh)) > 1 for sh in shares if sh)
-        if self.multi_process:     # one process's uneven shares make every process count its sequences
-            from jax.experimental import multihost_utils
-            counted = bool(np.asarray(multihost_utils.process_allgather(np.int64(counted))).max())
+        uneven = any(len(set(sh)) > 1 for sh in shares if sh)
+        counted = uneven or flags.bucket_sequences
         as_rows = [False] * len(names)
         if counted:
             rows_read = _read_as_rows(self.plan.ops)
             as_rows = [name in rows_read for name in names]
+            if not uneven:
+                counted, as_rows = _bucketing_decision(self.plan.ops, hosts, shares, as_rows)
+        if self.multi_process:     # one process's uneven shares make every process count its sequences
+            from jax.experimental import multihost_utils
+            counted = bool(np.asarray(multihost_utils.process_allgather(np.int64(counted))).max())
+            if counted and not any(as_rows):
+                rows_read = _read_as_rows(self.plan.ops)
+                as_rows = [name in rows_read for name in names]
         pieces = [split_host(h[0], h[1], sh) if sh else None for h, sh in zip(hosts, shares)]
         sizes = [share_sizes(p, counted and (h[1] is not None or r)) if p else []
                  for p, h, r in zip(pieces, hosts, as_rows)]
@@ -619,6 +625,35 @@ class _ReducingEnv(dict):
                     "feeds reduces dense gradients only; build the layer without is_sparse=True")
             value = jax.lax.pmean(value, AXIS) if self._scale == 0 else jax.lax.psum(value, AXIS)
         super().__setitem__(name, value)
+
+
+def _bucketing_decision(ops, hosts, shares, as_rows) -> tuple[bool, list]:
+    """Whether an evenly split batch is padded to buckets (``FLAGS_bucket_sequences``), and which
+    dense feeds are then carried as counted rows: the single-device executor's rule
+    (``feeds.bucket_sequence_rows``) applied to the per-device shares. Sequences are padded only
+    when every row-per-sequence value reaches ops that honour a count; dense feeds with the same
+    shares are padded together or not at all, and when a dense feed with a LoD feed's sequence
+    shares (a label per sequence) cannot be padded, nothing is (exact shares: no padded rows meet
+    exact ones). ``hosts``/``shares``/``as_rows`` are per feed (None: not split)."""
+    info = _plan_rows(ops)
+    if info.lod_safe is None:
+        info.lod_safe = counted_reach(ops, set(), from_lod=True) is None
+    lod_shares = {tuple(sh) for h, sh in zip(hosts, shares) if sh and h[1] is not None}
+    if lod_shares and not info.lod_safe:
+        return False, [False] * len(as_rows)
+    groups: dict = {}
+    for i, (h, sh) in enumerate(zip(hosts, shares)):
+        if sh and h[1] is None:
+            groups.setdefault(tuple(sh), []).append(i)
+    rows = list(as_rows)
+    for sh, members in groups.items():
+        if all(rows[i] for i in members):
+            continue
+        if sh in lod_shares:                 # the label cannot be padded: nor can its sequences
+            return False, [False] * len(as_rows)
+        for i in members:
+            rows[i] = False
+    return True, rows
 
 
 def _agree(value):

@@ -9,8 +9,9 @@ gradient all-reduce; the numbers are those of one device running the whole batch
 - a fetched value is the whole batch's (a mean loss is one value), where Fluid returned each
   device's value concatenated (a ``[devices]`` loss); ``np.mean`` of either is the same for
   equal splits;
-- a ``feed`` given as a list of per-device dicts is concatenated along the batch dim and split
-  again evenly: each dict must hold dense arrays of the same batch size;
+- a ``feed`` given as a list of per-device dicts (one per device, Fluid's ``feed_parallel``
+  form) is handed to ``Executor.run(compiled, feed=[...])`` as it is: each device runs exactly
+  its own dict's rows or LoD sequences (``CompiledProgram.place_feeds``);
 - without ``feed``, the program's started ``py_reader`` / non-iterable ``DataLoader`` gives the
   next batch (the whole batch, split over the devices), or raises ``fluid.core.EOFException``;
 - ``exec_strategy`` and most ``build_strategy`` settings are accepted and change nothing (XLA
@@ -23,17 +24,14 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import jax
-import numpy as np
 
 from ...ir import feed_sources
 from ...ir.errors import FeedError
 from ...ir.program import Program, default_main_program
 from ...lowering.executor import Executor
-from ...lowering.lod_tensor import LoDTensor
 from ...lowering.parallel import BuildStrategy, CompiledProgram, ExecutionStrategy
 from ...lowering.places import CPUPlace
 from ...lowering.scope import Scope, global_scope
-from ..data_loader import join_feeds
 
 __all__ = ["ParallelExecutor"]
 
@@ -80,26 +78,12 @@ class ParallelExecutor:
             source = feed_sources.source_for(self._program)
             feed = source() if source is not None else {}
         elif isinstance(feed, (list, tuple)):
-            feed = _concatenate(feed)
+            if not feed or not all(isinstance(f, Mapping) for f in feed):
+                raise FeedError("ParallelExecutor.run: feed must be a dict, or a list with one dict per device")
+            feed = [dict(f) for f in feed]
         return self._executor.run(self._compiled, feed=feed, fetch_list=fetch_list, scope=self._scope,
                                   return_numpy=return_numpy)
 
     def drop_local_exe_scopes(self) -> None:
         """Fluid dropped its per-device temporary scopes; fluidjax keeps none (a no-op)."""
 
-
-def _concatenate(feeds: Sequence[Mapping]) -> dict:
-    """One feed of per-device dicts, concatenated along the batch dim."""
-    if not feeds or not all(isinstance(f, Mapping) for f in feeds):
-        raise FeedError("ParallelExecutor.run: feed must be a dict, or a list with one dict per device")
-    if len(feeds) == 1:
-        return dict(feeds[0])
-    for name in feeds[0]:
-        values = [f.get(name) for f in feeds]
-        if any(isinstance(v, LoDTensor) and v.recursive_sequence_lengths() for v in values):
-            raise FeedError(f"ParallelExecutor.run: {name!r} is fed LoD values per device; feed one dict with the "
-                            "whole batch instead (a data-parallel run does not split LoD feeds)")
-        if len({np.shape(v)[:1] for v in values}) != 1:
-            raise FeedError(f"ParallelExecutor.run: the per-device feeds of {name!r} have different batch sizes "
-                            f"{[np.shape(v)[0] for v in values]}; they are joined and split evenly over the devices")
-    return join_feeds(feeds, "ParallelExecutor.run")
