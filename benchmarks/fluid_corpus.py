@@ -908,11 +908,7 @@ SCRIPTS += [
                "--train_file_pattern", "{data}/train.tok.bpe", "--use_token_batch", "True", "--batch_size", "256",
                "--pool_size", "100", "--special_token", "<s>", "<e>", "<unk>", "--device", "CPU",
                "n_layer", "2", "d_model", "32", "d_inner_hid", "64", "d_key", "16", "d_value", "16",
-               "pass_num", "1"], data="wmt",
-         # one device (dev_count is CPU_NUM, else the CPU count) and no sequence-count bucketing: its
-         # py_reader slots declared lod_level 2 make the step a per-device LoD step, whose bucketing
-         # pads some dense slots of one batch and not others (docs/fluid1.md, known gaps)
-         env={"CPU_NUM": "1", "FLAGS_bucket_sequences": "0"}),
+               "pass_num", "1"], data="wmt"),
     dict(name="rnn_search", target="seq2seq", path=f"{F14}/PaddleNLP/neural_machine_translation/rnn_search/train.py",
          args=["--pass_num", "1", "--batch_size", "8", "--dict_size", "100", "--embedding_dim", "16",
                "--encoder_size", "16", "--decoder_size", "16", "--use_gpu", "False"], book={"wmt14": {"train": 64, "test": 16, "len": [3, 10]}}),

@@ -632,9 +632,10 @@ def _bucketing_decision(ops, hosts, shares, as_rows) -> tuple[bool, list]:
     dense feeds are then carried as counted rows: the single-device executor's rule
     (``feeds.bucket_sequence_rows``) applied to the per-device shares. Sequences are padded only
     when every row-per-sequence value reaches ops that honour a count; dense feeds with the same
-    shares are padded together or not at all, and when a dense feed with a LoD feed's sequence
-    shares (a label per sequence) cannot be padded, nothing is (exact shares: no padded rows meet
-    exact ones). ``hosts``/``shares``/``as_rows`` are per feed (None: not split)."""
+    shares are padded together or not at all, only when those are a LoD feed's sequence shares (a
+    label per sequence), and when such a label cannot be padded nothing is (exact shares: no padded
+    rows meet exact ones; the single-device rule's padding of dense feeds whose first dim keeps
+    changing is not applied: those stay exact). ``hosts``/``shares``/``as_rows`` are per feed (None: not split)."""
     info = _plan_rows(ops)
     if info.lod_safe is None:
         info.lod_safe = counted_reach(ops, set(), from_lod=True) is None
@@ -647,12 +648,11 @@ def _bucketing_decision(ops, hosts, shares, as_rows) -> tuple[bool, list]:
             groups.setdefault(tuple(sh), []).append(i)
     rows = list(as_rows)
     for sh, members in groups.items():
-        if all(rows[i] for i in members):
-            continue
-        if sh in lod_shares:                 # the label cannot be padded: nor can its sequences
-            return False, [False] * len(as_rows)
-        for i in members:
-            rows[i] = False
+        if sh not in lod_shares:             # not a per-sequence value: its rows stay exact
+            for i in members:
+                rows[i] = False
+        elif not all(rows[i] for i in members):
+            return False, [False] * len(as_rows)     # the label cannot be padded: nor can its sequences
     return True, rows
 
 

@@ -68,6 +68,61 @@ def test_parallel_executor_runs_lod_feeds_like_the_executor():
                 np.testing.assert_allclose(np.ravel(got[1]), np.ravel(want[1]), rtol=1e-5, atol=1e-6)
 
 
+def test_a_list_of_another_length_than_the_devices_is_joined():
+    """A script that counted its devices itself (CPU_NUM=2, one JAX device) feeds two dicts: they
+    are joined, LoD offsets rebased, and run as the whole batch."""
+    main, startup, per, loss = _program(flip_label=True)
+    scope = fj.Scope()
+    exe = fj.Executor(fj.CPUPlace())
+    with fj.scope_guard(scope):
+        exe.run(startup)
+        pe = fj.ParallelExecutor(use_cuda=False, loss_name=loss.name, main_program=main, scope=scope)
+        if pe.device_count != 1:
+            pytest.skip("this session has more than one device")
+        rng = np.random.default_rng(4)
+        parts = [_feed(rng, 3), _feed(rng, 2)]
+        whole = {k: np.concatenate([p[k] for p in parts]) for k in ("label", "w")}
+        for k in ("a", "b"):
+            whole[k] = fj.create_lod_tensor(np.concatenate([np.asarray(p[k].value()) for p in parts]),
+                                            [sum((p[k].recursive_sequence_lengths()[0] for p in parts), [])],
+                                            fj.CPUPlace())
+        want = exe.run(main, feed=whole, fetch_list=[per])[0]
+        got = pe.run(fetch_list=[per.name], feed=parts)[0]
+        np.testing.assert_allclose(np.ravel(got), np.ravel(want), rtol=1e-5, atol=1e-6)
+
+
+def test_dense_rows_that_are_not_per_sequence_stay_exact():
+    """One device, per-device LoD step under FLAGS_bucket_sequences: a dense label read as rows
+    (one per token, not per sequence) meets logits made from an exact dense feed; it must not be
+    padded to a bucket (the Fluid 1.4 transformer: 256 padded label rows met 180 logits)."""
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 3
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        a = layer.data("a", shape=[1], dtype="int64", lod_level=1)
+        t = layer.data("t", shape=[2, 4], dtype="float32")      # [sentences, 2 tokens, 4]
+        lbl = layer.data("lbl", shape=[1], dtype="int64")
+        seq = layer.sequence_pool(layer.embedding(a, size=[20, 4]), "sum")
+        logits = layer.fc(layer.reshape(layer.flip(t, [2]), [-1, 4]), 5)   # a row per token
+        soft = layer.label_smooth(fj.layers.one_hot(lbl, 5), epsilon=0.1)
+        cost = layer.softmax_with_cross_entropy(logits, soft, soft_label=True)
+        loss = layer.reduce_sum(cost) + layer.reduce_sum(seq)
+    exe = fj.Executor(fj.CPUPlace())
+    scope = fj.Scope()
+    with fj.scope_guard(scope):
+        exe.run(startup)
+        compiled = fj.CompiledProgram(main).with_data_parallel(loss_name=loss.name)
+        rng = np.random.default_rng(2)
+        for count, sentences in ((3, 5), (5, 3)):
+            lens = rng.integers(1, 4, count).tolist()
+            feed = {"a": fj.create_lod_tensor(rng.integers(0, 20, (sum(lens), 1)), [lens], fj.CPUPlace()),
+                    "t": rng.random((sentences, 2, 4)).astype("float32"),
+                    "lbl": rng.integers(0, 5, (2 * sentences, 1))}
+            want = exe.run(main, feed=feed, fetch_list=[cost, loss])
+            got = exe.run(compiled, feed=feed, fetch_list=[cost, loss])
+            np.testing.assert_allclose(np.ravel(got[0]), np.ravel(want[0]), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(np.ravel(got[1]), np.ravel(want[1]), rtol=1e-5, atol=1e-5)
+
+
 def _worker() -> None:
     main, startup, per, loss = _program(flip_label=True)
     exe = fj.Executor(fj.CPUPlace())

@@ -11,7 +11,9 @@ gradient all-reduce; the numbers are those of one device running the whole batch
   equal splits;
 - a ``feed`` given as a list of per-device dicts (one per device, Fluid's ``feed_parallel``
   form) is handed to ``Executor.run(compiled, feed=[...])`` as it is: each device runs exactly
-  its own dict's rows or LoD sequences (``CompiledProgram.place_feeds``);
+  its own dict's rows or LoD sequences (``CompiledProgram.place_feeds``); a list of another
+  length (a script that counted its devices itself: ``CPU_NUM``, the CPU count) is joined, LoD
+  offsets rebased, and split by Paddle's rule;
 - without ``feed``, the program's started ``py_reader`` / non-iterable ``DataLoader`` gives the
   next batch (the whole batch, split over the devices), or raises ``fluid.core.EOFException``;
 - ``exec_strategy`` and most ``build_strategy`` settings are accepted and change nothing (XLA
@@ -29,6 +31,7 @@ from ...ir import feed_sources
 from ...ir.errors import FeedError
 from ...ir.program import Program, default_main_program
 from ...lowering.executor import Executor
+from ...lowering.lod_split import merge_place_feeds
 from ...lowering.parallel import BuildStrategy, CompiledProgram, ExecutionStrategy
 from ...lowering.places import CPUPlace
 from ...lowering.scope import Scope, global_scope
@@ -68,6 +71,9 @@ class ParallelExecutor:
         """The number of devices each batch is split over."""
         return self._compiled.mesh.size
 
+    def _local_devices(self) -> int:
+        return sum(d.process_index == jax.process_index() for d in self._compiled.mesh.devices.flat)
+
     def run(self, fetch_list: Sequence, feed: Any = None, feed_dict: Mapping | None = None,
             return_numpy: bool = True) -> list:
         """Run one step on every device and return the fetched values (whole-batch values; see
@@ -81,6 +87,10 @@ class ParallelExecutor:
             if not feed or not all(isinstance(f, Mapping) for f in feed):
                 raise FeedError("ParallelExecutor.run: feed must be a dict, or a list with one dict per device")
             feed = [dict(f) for f in feed]
+            if len(feed) != self._local_devices():
+                # a script's own device count (CPU_NUM, the CPU count) differs from JAX's: the
+                # dicts are joined (LoD offsets rebased) and split by Paddle's rule
+                feed = merge_place_feeds(feed)[0]
         return self._executor.run(self._compiled, feed=feed, fetch_list=fetch_list, scope=self._scope,
                                   return_numpy=return_numpy)
 
