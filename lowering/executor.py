@@ -37,7 +37,7 @@ from . import effects, flags, host_init, interrupt, memory
 from .checks import (HostIndexCheck, StepChecks, bound_error, fed_source, grow_rooms, has_bound_checks, index_error,
                      specs_of)
 from .context import make_key
-from .feeds import bucket_sequence_rows, check_feed, check_lod_feed, off_declaration, reinfer
+from .feeds import OpList, bucket_sequence_rows, check_feed, check_lod_feed, off_declaration, reinfer
 from .lod_value import LoDValue, bounds_from_feeds, mark_fetch, to_host
 from .lod_tensor import LoDTensor
 from .lower import ops_with_sub_blocks, run_ops
@@ -1001,7 +1001,7 @@ class Executor:
         check_nan_inf, check_index = flags.mode
         host_checks, host_checked, in_step = Executor._index_checks(block, jit_ops, feeds) if check_index else ({}, (), False)
         plan = _Plan(
-            program=program, ops=jit_ops, host_ops=host_ops, feed_names=feed_names,
+            program=program, ops=OpList(jit_ops), host_ops=host_ops, feed_names=feed_names,
             fetch_names=fetch_names,
             mutable_state=mutable,
             const_state=tuple(n for n in external if n not in written_set),

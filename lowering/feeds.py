@@ -186,16 +186,21 @@ class _Rows:
         self.seen = {}                # feed name -> the first dims fed so far (dense feeds)
 
 
-_PLANS: dict = {}
+class OpList(list):
+    """A plan's op list that carries what bucketing worked out for it (:class:`_Rows`), so the
+    facts live and die with the plan (a module-level cache keyed by the list kept every dropped
+    program alive)."""
+
+    rows = None
 
 
 def _plan_rows(ops) -> _Rows:
-    hit = _PLANS.get(id(ops))
-    if hit is not None and hit.ops is ops:
-        return hit
-    if len(_PLANS) > 256:
-        _PLANS.clear()
-    hit = _PLANS[id(ops)] = _Rows(ops)
+    """The bucketing facts of ``ops``: cached on an :class:`OpList`, fresh for a plain list."""
+    hit = getattr(ops, "rows", None)
+    if hit is None:
+        hit = _Rows(ops)
+        if isinstance(ops, OpList):
+            ops.rows = hit
     return hit
 
 

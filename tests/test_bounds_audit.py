@@ -116,10 +116,10 @@ def test_a_count_the_op_can_take_still_runs():
 def test_dynamic_rnn_under_bucketed_sequence_counts_sees_only_the_real_sequences():
     """FLAGS_bucket_sequences pads 3 sequences to a bucket of 4 (an empty padding sequence): a
     DynamicRNN running sum, its total and each sequence's last step equal NumPy's on the 3 real
-    sequences (docs/lod.md lists DynamicRNN's tensor-array path as not adapted to the flag; this
-    plain-memory case is exact)."""
+    sequences (the flag is on by default; this pins it on and restores what it found)."""
     from test_reliability_sequences import _lod_tensor, _running_sum_program
     lengths = [3, 5, 2]
+    before = fj.get_flags(["FLAGS_bucket_sequences"])["FLAGS_bucket_sequences"]
     fj.set_flags({"FLAGS_bucket_sequences": True})
     try:
         main, startup, out = _running_sum_program()
@@ -130,7 +130,7 @@ def test_dynamic_rnn_under_bucketed_sequence_counts_sees_only_the_real_sequences
         got, s, e = exe.run(main, feed={"x": _lod_tensor(np.ones((10, 1), np.float32), [lengths])},
                             fetch_list=[out, total, last], scope=scope, return_numpy=False)
     finally:
-        fj.set_flags({"FLAGS_bucket_sequences": False})
+        fj.set_flags({"FLAGS_bucket_sequences": before})
     want = np.concatenate([np.arange(1, n + 1) for n in lengths]).astype("float32")
     np.testing.assert_array_equal(np.asarray(got).ravel(), want)
     assert got.recursive_sequence_lengths() == [lengths]
