@@ -147,7 +147,12 @@ def _reduce(ctx, op_type: str):
                     count = count * x.shape[a]
             total = jnp.sum(x, axis=axes, keepdims=keep, dtype=x.dtype)
             return {"Out": total / count if jnp.issubdtype(x.dtype, jnp.inexact) else lax.div(total, count)}
-    return {"Out": reducer(x, axes, keep)}
+    out = reducer(x, axes, keep)
+    if lod is not None and 0 not in axes and out.ndim >= 1:
+        # not over the rows: every row stays a row of X's sequences (Paddle's reduce ops share X's
+        # LoD when they keep the first dim), and padding rows stay padding, never real results
+        return {"Out": LoDValue(out, lod.offsets)}
+    return {"Out": out}
 
 
 def _identity(op_type: str, dtype):
