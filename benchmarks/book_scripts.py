@@ -658,17 +658,6 @@ def _value(out):
     except Exception:
         return None
 
-    def visit_Call(self, node):
-        # "func(kw=...)" keys: a keyword argument of a module-level call (a literal in
-        # ``main(num_passes=2000)`` under ``if __name__ == "__main__"``)
-        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
-        for kw in node.keywords:
-            key = "%s(%s=...)" % (name, kw.arg)
-            if key in overrides:
-                kw.value = ast.copy_location(ast.Constant(overrides[key]), kw.value)
-        self.generic_visit(node)
-        return node
-
 
 
 def _stub(name):
@@ -733,6 +722,17 @@ class _Override(ast.NodeTransformer):
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \\
                 and node.targets[0].id in overrides:
             node.value = ast.copy_location(ast.Constant(overrides[node.targets[0].id]), node.value)
+        return node
+
+    def visit_Call(self, node):
+        # "func(kw=...)" keys: a keyword argument of a module-level call (a literal in
+        # ``main(num_passes=2000)`` under ``if __name__ == "__main__"``)
+        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+        for kw in node.keywords:
+            key = "%s(%s=...)" % (name, kw.arg)
+            if key in overrides:
+                kw.value = ast.copy_location(ast.Constant(overrides[key]), kw.value)
+        self.generic_visit(node)
         return node
 
 
