@@ -28,6 +28,8 @@ default here; Paddle defaults to per-device statistics). Per-device statistics w
 numbers depend on the device count, and the contract of a data-parallel run is equality with one
 device; ``sync_batch_norm=False`` over several devices is refused with a clear error rather than
 silently ignored (on one device it is the same as True and is accepted: YOLOv3 sets it False there).
+A run with LoD feeds (below) honours both: False, each device's statistics (Paddle's default);
+True, the statistics psum-ed over the mesh inside the per-device step (``ops/norm.py``).
 
 Batches: a fed batch must divide by the number of devices (by the local ones in a multi-process
 run, where each process feeds its own shard): otherwise a :class:`~fluidjax.FeedError` — padding
@@ -60,6 +62,7 @@ from . import flags
 from .feeds import _plan_rows, _read_as_rows, counted_reach
 from .lod_split import host_feed, merge_fetch, merge_place_feeds, paddle_shares, share_sizes, split_host, stack_shares
 from .lod_value import LoDValue
+from .ops.norm import statistics_across
 
 AXIS = "dp"                                # the mesh's one axis: the devices a batch is split over
 SHARDINGS = ("none", "optimizer", "full")
@@ -215,7 +218,8 @@ class CompiledProgram:
                 raise ValueError(f"with_data_parallel: places name a device twice: {places}")
         if not devices:
             raise ValueError("with_data_parallel: no devices")
-        if len(devices) > 1 and not self._build_strategy.sync_batch_norm and any(
+        has_lod = any(getattr(v, "is_data", False) and v.lod_level for v in self._program.global_block().vars.values())
+        if len(devices) > 1 and not self._build_strategy.sync_batch_norm and not has_lod and any(
                 op.type == "batch_norm" for block in self._program.blocks for op in block.ops):
             raise ValueError(f"BuildStrategy.sync_batch_norm=False (per-device batch-norm statistics) over "
                              f"{len(devices)} devices is not supported: a fluidjax data-parallel run keeps the whole "
@@ -247,7 +251,8 @@ class CompiledProgram:
         if self._mesh is None:
             return executor._compile(plan)
         layout = ShardedStep(self._mesh, plan, self._build_strategy.sharding, executor,
-                             gradient_scale=self._build_strategy.gradient_scale_strategy)
+                             gradient_scale=self._build_strategy.gradient_scale_strategy,
+                             sync_batch_norm=self._build_strategy.sync_batch_norm)
         plan.place_state = layout.place_state
         if jax.process_count() > 1:
             _agree_on_seed(executor)
@@ -297,7 +302,7 @@ class ShardedStep:
     """The shardings of one plan's step, its ``jax.jit``, and the placement of its state."""
 
     def __init__(self, mesh: Mesh, plan, sharding: str, executor=None,
-                 gradient_scale: int = 0) -> None:
+                 gradient_scale: int = 0, sync_batch_norm: bool = True) -> None:
         self.mesh = mesh
         self._executor = weakref.ref(executor) if executor is not None else _no_scope
         self.plan = plan
@@ -335,6 +340,12 @@ class ShardedStep:
         # A LoD feed: each device runs the one-device step on its own share of the sequences
         # (shard_map), its gradients reduced over the devices (Paddle's ParallelExecutor).
         self.per_device = any(block.var(n_).lod_level for n_ in plan.feed_names)
+        self.sync_batch_norm = sync_batch_norm
+        if not self.per_device and not sync_batch_norm and mesh.devices.size > 1 and any(
+                op.type == "batch_norm" and not op.attrs.get("is_test", False) for op in plan.ops):
+            raise ValueError("BuildStrategy.sync_batch_norm=False (per-device batch-norm statistics) is offered for "
+                             "LoD feeds only (each device runs its own share); this run's feeds are dense and keep "
+                             "the whole batch's math: set it True")
         if self.per_device:
             self._init_per_device(block, params, gradient_scale)
 
@@ -420,14 +431,6 @@ class ShardedStep:
             raise ValueError(f"BuildStrategy.gradient_scale_strategy must be CoeffNumDevice (0), One (1) or "
                              f"Customized (2), got {gradient_scale!r}")
         plan = self.plan
-        for op in plan.ops:
-            if op.type in ("batch_norm", "sync_batch_norm") and not op.attrs.get("is_test", False) \
-                    and not op.attrs.get("use_global_stats", False):
-                raise NotOfferedError(
-                    f"op {op.type!r} at {op.location} trains on batch statistics, and this data-parallel run has LoD "
-                    "feeds (each device runs its own share of the sequences): the statistics would be each "
-                    "device's (Paddle's ParallelExecutor without sync_batch_norm), not the global batch's that "
-                    "BuildStrategy.sync_batch_norm promises. Run the program on one device, or feed it without LoD")
         self.gradient_scale = gradient_scale
         self.grad_constraints = {}
         self.gathered = frozenset()
@@ -454,6 +457,7 @@ class ShardedStep:
         from jax import shard_map
         plan, mesh = self.plan, self.mesh
         stacked, fetch_split, independent = self.stacked, self.fetch_split, self.independent
+        bn_axis = AXIS if self.sync_batch_norm else None
         written, has_checks = plan.written_state, plan.has_checks
         old_at = {name: i for i, name in enumerate(plan.mutable_state)}
         out_state = tuple(self.state[n_] for n_ in written)
@@ -461,7 +465,8 @@ class ShardedStep:
 
         def local(mutable, const, feeds, seed):
             feeds = tuple(jax.tree_util.tree_map(lambda a: a[0], f) if s else f for f, s in zip(feeds, stacked))
-            outs = step(mutable, const, feeds, seed)
+            with statistics_across(bn_axis):      # batch_norm: the global batch's statistics, or each device's
+                outs = step(mutable, const, feeds, seed)
             new_state = tuple(v if name in independent else jax.tree_util.tree_map(_agree, v)
                               for name, v in zip(written, outs[0]))
             fetches = [jax.tree_util.tree_map(lambda a: a[None], f) if s else f for f, s in zip(outs[1], fetch_split)]

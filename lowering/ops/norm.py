@@ -9,6 +9,9 @@ its backward pass.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -43,6 +46,40 @@ def _row_mask(x, real_rows):
     """[rows, 1, ...] of x's rank: 1 for the first ``real_rows`` rows (a LoD value's real rows)."""
     mask = jnp.arange(x.shape[0]) < real_rows
     return mask.reshape((x.shape[0],) + (1,) * (x.ndim - 1))
+
+
+# The mesh axis a data-parallel step with LoD feeds runs under (``parallel.py``'s per-device step) when
+# ``BuildStrategy.sync_batch_norm`` asks for the global batch's statistics; None: each device's own.
+_SYNC = threading.local()
+
+
+@contextlib.contextmanager
+def statistics_across(axis: str | None):
+    """While tracing a per-device (``shard_map``) step: training ``batch_norm`` statistics are summed
+    over the mesh axis ``axis`` (Paddle's ``sync_batch_norm``: the mean and variance of every device's
+    real rows together), or each device's own when ``axis`` is None (Paddle's default)."""
+    old = getattr(_SYNC, "axis", None)
+    _SYNC.axis = axis
+    try:
+        yield
+    finally:
+        _SYNC.axis = old
+
+
+def _synced_moments(x, axes, mask, axis_name):
+    """Mean and biased variance over ``axes`` of every device's rows (``mask``: each one's real
+    rows; None: all): sums and counts ``psum``-ed over ``axis_name`` (two passes, as Paddle's
+    sync_batch_norm reduces the sums). Its gradient reaches every device's rows through the
+    psums' transposes."""
+    if mask is None:
+        mask = jnp.ones((x.shape[0],) + (1,) * (x.ndim - 1), bool)
+    count = jnp.sum(mask, axis=axes, keepdims=True).astype(x.dtype) * prod([x.shape[i] for i in axes if i != 0])
+    count = jnp.maximum(jax.lax.psum(count, axis_name), jnp.ones((), x.dtype))
+    xm = jnp.where(mask, x, jnp.zeros((), x.dtype))
+    mean = jax.lax.psum(jnp.sum(xm, axis=axes, keepdims=True), axis_name) / count
+    sq = jnp.where(mask, jnp.square(x - mean), jnp.zeros((), x.dtype))
+    var = jax.lax.psum(jnp.sum(sq, axis=axes, keepdims=True), axis_name) / count
+    return mean, var
 
 
 def _masked_moments(x, axes, mask):
@@ -106,10 +143,13 @@ def batch_norm(ctx):
                 "SavedMean": jnp.zeros_like(mean_in), "SavedVariance": jnp.zeros_like(var_in),
                 "ReserveSpace": jnp.zeros((0,), x.dtype)}
     axes = tuple(i for i in range(x.ndim) if i != axis)
-    if ctx.real_rows is None:
+    mask = None if ctx.real_rows is None else _row_mask(x, ctx.real_rows)
+    synced = getattr(_SYNC, "axis", None)
+    if synced is not None:       # a per-device data-parallel step with sync_batch_norm
+        mean, var = _synced_moments(x, axes, mask, synced)
+    elif mask is None:
         mean, var = _moments(x, axes)
     else:     # a LoD input (row_statistics): the statistics of its real rows, padding rows zero
-        mask = _row_mask(x, ctx.real_rows)
         mean, var = _masked_moments(x, axes, mask)
     inv_std = jax.lax.rsqrt(var + jnp.asarray(eps, x.dtype))
     y = (x - mean) * inv_std * scale.reshape(bshape) + bias.reshape(bshape)

@@ -1,0 +1,120 @@
+"""LoD data-parallel runs (Paddle's ParallelExecutor: each device runs its own share of the
+sequences) of the ops that mix rows across the batch: ``batch_norm`` over LoD rows, with
+``BuildStrategy.sync_batch_norm`` False (each device's statistics, Paddle's default) and True
+(the global batch's statistics).
+
+Oracles: per-device statistics — each device's share run alone through the one-device Executor
+from the same state, one SGD step each; CoeffNumDevice averages the gradients, so (SGD being
+linear in the gradient) the parameters are the mean of the shares' parameters, and the moving
+statistics are averaged too (fluidjax's rule for state the devices compute differently).
+sync_batch_norm=True — a one-device run on the whole batch (equal shares, a mean loss).
+The multi-device case runs this file as a script on 4 forced host devices (a subprocess).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+if __name__ == "__main__":   # the worker: 4 host devices before jax is imported
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+import numpy as np  # noqa: E402
+
+import fluidjax as fj  # noqa: E402
+from fluidjax import layer  # noqa: E402
+
+DEVICES = 4
+
+
+def _bn_program():
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 5
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = layer.data("x", shape=[3], dtype="float32", lod_level=1)
+        y = layer.data("y", shape=[1], dtype="float32")
+        h = layer.fc(x, 4)
+        h = fj.layers.batch_norm(h, momentum=0.8)
+        pooled = layer.sequence_pool(h, "sum")
+        pred = layer.fc(pooled, 1)
+        loss = layer.mean(layer.square_error_cost(pred, y))
+        fj.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    return main, startup, loss
+
+
+def _state(main, scope) -> dict:
+    names = [n for n, v in main.global_block().vars.items() if v.persistable and v.dtype is not None]
+    return {n: np.array(scope.find_var(n).get_tensor()) for n in names
+            if scope.find_var(n) is not None and scope.find_var(n).get_tensor()._is_initialized()}
+
+
+def _lod_feed(rng, lens, width=3):
+    return fj.create_lod_tensor(rng.standard_normal((sum(lens), width)).astype("float32") * 2 + 1, [lens],
+                                fj.CPUPlace())
+
+
+def _share(feed, lens, lo, hi):
+    rows = np.asarray(feed["x"].value())
+    start, stop = sum(lens[:lo]), sum(lens[:hi])
+    return {"x": fj.create_lod_tensor(rows[start:stop], [lens[lo:hi]], fj.CPUPlace()), "y": feed["y"][lo:hi]}
+
+
+def _one_device(main, startup, feed) -> dict:
+    scope = fj.Scope()
+    exe = fj.Executor(fj.CPUPlace())
+    with fj.scope_guard(scope):
+        exe.run(startup)
+        exe.run(main, feed=feed)
+        return _state(main, scope)
+
+
+def _data_parallel(main, startup, loss, feed, sync: bool) -> dict:
+    scope = fj.Scope()
+    exe = fj.Executor(fj.CPUPlace())
+    with fj.scope_guard(scope):
+        exe.run(startup)
+        strategy = fj.BuildStrategy()
+        strategy.sync_batch_norm = sync
+        compiled = fj.CompiledProgram(main, strategy).with_data_parallel(loss_name=loss.name)
+        exe.run(compiled, feed=feed)
+        return _state(main, scope)
+
+
+def _check_batch_norm() -> None:
+    main, startup, loss = _bn_program()
+    rng = np.random.default_rng(0)
+    lens = rng.integers(1, 6, 2 * DEVICES).tolist()         # 2 sequences per device
+    feed = {"x": _lod_feed(rng, lens), "y": rng.standard_normal((2 * DEVICES, 1)).astype("float32")}
+    shares = [_one_device(main, startup, _share(feed, lens, 2 * d, 2 * d + 2)) for d in range(DEVICES)]
+    per_device = {n: np.mean([s[n] for s in shares], axis=0) for n in shares[0]}
+    whole = _one_device(main, startup, feed)
+    got = _data_parallel(main, startup, loss, feed, sync=False)
+    bn_mean = [n for n in got if "batch_norm" in n and n.endswith(".w_1")]
+    assert bn_mean, sorted(got)
+    for n, want in per_device.items():
+        np.testing.assert_allclose(got[n], want, rtol=1e-4, atol=1e-5, err_msg=f"per-device {n}")
+    # the per-device statistics differ from the whole batch's (the oracle can tell them apart)
+    assert not np.allclose(per_device[bn_mean[0]], whole[bn_mean[0]], atol=1e-4)
+    got = _data_parallel(main, startup, loss, feed, sync=True)
+    for n, want in whole.items():
+        np.testing.assert_allclose(got[n], want, rtol=1e-4, atol=1e-5, err_msg=f"sync {n}")
+
+
+def _worker() -> None:
+    import jax
+    assert jax.device_count() == DEVICES
+    _check_batch_norm()
+    print("OK")
+
+
+def test_lod_data_parallel_row_mixing_and_sequence_ops():
+    """4 devices: batch_norm over LoD rows per device and synchronized (see the module doc)."""
+    proc = subprocess.run([sys.executable, __file__], env=dict(os.environ), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+if __name__ == "__main__":
+    _worker()
