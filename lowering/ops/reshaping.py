@@ -102,6 +102,23 @@ def reshape_target(in_shape, shape, fail) -> tuple[int, ...]:
     return tuple(out)
 
 
+def rows_kept(in_shape, out_shape, copies_rows: bool = False) -> bool:
+    """Whether a reshape of ``in_shape`` to ``out_shape`` keeps X's rows as Out's rows (Paddle's
+    reshape/flatten share X's LoD then: ``x_dims[0] == out_dims[0]``). ``copies_rows``: the target
+    shape's first entry is 0 (copy X's dim). With an UNK first dim the rows are kept when the other
+    dims hold as many elements on both sides (both known); Paddle's build time compares -1 with -1
+    and marks Out a LoD tensor even when the run-time rows differ, where it then shares no LoD."""
+    if not in_shape or not out_shape:
+        return False
+    if copies_rows:
+        return True
+    if in_shape[0] >= 0 and out_shape[0] >= 0:
+        return in_shape[0] == out_shape[0]
+    tail_in, tail_out = in_shape[1:], out_shape[1:]
+    return (all(d >= 0 for d in tail_in) and all(d >= 0 for d in tail_out)
+            and prod(tail_in) == prod(tail_out))
+
+
 def _reshape2_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     if ctx.input("Shape") is not None or ctx.inputs("ShapeTensor"):
@@ -111,7 +128,8 @@ def _reshape2_shape(ctx: InferShapeContext) -> None:
         shape = declared if len(declared) == n else (-1,) * n
     else:
         shape = reshape_target(x.shape, ctx.attr("shape"), ctx.fail)
-    lod = x.lod_level if shape and x.shape and shape[0] == x.shape[0] and shape[0] >= 0 else 0
+    attr = ctx.attr("shape") if ctx.input("Shape") is None and not ctx.inputs("ShapeTensor") else None
+    lod = x.lod_level if rows_kept(x.shape, shape, bool(attr) and int(attr[0]) == 0) else 0
     ctx.set_output("Out", shape, x.dtype, lod)
     _set_xshape(ctx, x)
 
@@ -178,7 +196,9 @@ def _reshape_shape(ctx: InferShapeContext) -> None:
         n = ctx.input("Shape").shape[0] if ctx.input("Shape") is not None else len(ctx.inputs("ShapeTensor"))
         ctx.set_output("Out", (-1,) * max(n, 0), x.dtype, 0)
         return
-    ctx.set_output("Out", reshape_target(x.shape, ctx.attr("shape"), ctx.fail), x.dtype, 0)
+    attr = ctx.attr("shape")
+    out = reshape_target(x.shape, attr, ctx.fail)
+    ctx.set_output("Out", out, x.dtype, x.lod_level if rows_kept(x.shape, out, bool(attr) and int(attr[0]) == 0) else 0)
 
 
 @op("reshape", inputs="X Shape? ShapeTensor*?", outputs="Out", attrs={"shape": Attr("ints", [])},
@@ -287,7 +307,10 @@ def _flatten2_shape(ctx: InferShapeContext) -> None:
     x = ctx.input("X")
     axis = ctx.attr("axis")
     ctx.check(0 <= axis <= x.ndim, f"axis {axis} must lie in [0, {x.ndim}]")
-    ctx.set_output("Out", _flatten_dims(x.shape, axis), x.dtype, 0)
+    out = _flatten_dims(x.shape, axis)
+    # Paddle's Flatten2Op shares X's LoD when Out's first dim is X's (the rows stay the rows)
+    keep = axis >= 1 and all(d >= 0 for d in x.shape[1:axis]) and prod(x.shape[1:axis]) == 1
+    ctx.set_output("Out", out, x.dtype, x.lod_level if keep else 0)
     ctx.set_output("XShape", (0, *x.shape), x.dtype, 0)
 
 
