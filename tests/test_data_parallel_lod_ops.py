@@ -102,10 +102,90 @@ def _check_batch_norm() -> None:
         np.testing.assert_allclose(got[n], want, rtol=1e-4, atol=1e-5, err_msg=f"sync {n}")
 
 
-def _worker() -> None:
+def _train_program(kind: str):
+    """A LoD training program with a mean loss: ``warpctc`` (CTC on LoD logits and labels) or
+    ``gru`` (dynamic_gru, the last step pooled)."""
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 7
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = layer.data("x", shape=[3], dtype="float32", lod_level=1)
+        if kind == "warpctc":
+            label = layer.data("label", shape=[1], dtype="int32", lod_level=1)
+            loss = layer.mean(fj.layers.warpctc(layer.fc(x, 5), label, blank=0))
+        else:
+            y = layer.data("y", shape=[1], dtype="float32")
+            h = fj.layers.dynamic_gru(layer.fc(x, 3 * 4), 4)
+            pred = layer.fc(layer.sequence_pool(h, "last"), 1)
+            loss = layer.mean(layer.square_error_cost(pred, y))
+        fj.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    return main, startup, loss
+
+
+def _check_equal_to_whole(kind: str) -> None:
+    """Equal shares (2 sequences per device) and a mean loss: one step equals one device's on the
+    whole batch (each device runs the op on its own sequences; the gradients averaged)."""
+    main, startup, loss = _train_program(kind)
+    rng = np.random.default_rng(1)
+    count = 2 * DEVICES
+    lens = rng.integers(3, 7, count).tolist()
+    feed = {"x": _lod_feed(rng, lens)}
+    if kind == "warpctc":
+        label_lens = [int(rng.integers(1, n // 2 + 1)) for n in lens]
+        feed["label"] = fj.create_lod_tensor(rng.integers(1, 5, (sum(label_lens), 1)).astype("int32"), [label_lens],
+                                             fj.CPUPlace())
+    else:
+        feed["y"] = rng.standard_normal((count, 1)).astype("float32")
+    whole = _one_device(main, startup, feed)
+    got = _data_parallel(main, startup, loss, feed, sync=True)
+    for n, want in whole.items():
+        np.testing.assert_allclose(got[n], want, rtol=1e-4, atol=1e-5, err_msg=f"{kind} {n}")
+
+
+def _check_beam_search() -> None:
+    """One beam_search step on LoD ids/scores (2 source sentences per device, 1-3 prefixes each):
+    beam search is per source sentence, so the merged per-device selection equals one device's
+    on the whole batch (ids, scores and their two-level LoD)."""
+    main, startup = fj.Program(), fj.Program()
+    width, beam = 4, 2
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        pre_ids = layer.data("pre_ids", shape=[1], dtype="int64", lod_level=2)
+        pre_scores = layer.data("pre_scores", shape=[1], dtype="float32", lod_level=2)
+        ids = layer.data("ids", shape=[width], dtype="int64", lod_level=2)
+        scores = layer.data("scores", shape=[width], dtype="float32", lod_level=2)
+        sel_ids, sel_scores = layer.beam_search(pre_ids, pre_scores, ids, scores, beam, end_id=0)
+    rng = np.random.default_rng(2)
+    sources = 2 * DEVICES
+    prefixes = rng.integers(1, 4, sources).tolist()
+    rows = sum(prefixes)
+    lod = [prefixes, [1] * rows]
+    score_rows = rng.permutation(rows * width).reshape(rows, width).astype("float32") / (rows * width) + 0.01
+    feed = {"pre_ids": fj.create_lod_tensor(rng.integers(0, 3, (rows, 1)).astype("int64"), lod, fj.CPUPlace()),
+            "pre_scores": fj.create_lod_tensor(-rng.permutation(rows).reshape(rows, 1).astype("float32") / rows, lod,
+                                               fj.CPUPlace()),
+            "ids": fj.create_lod_tensor(rng.integers(1, 10, (rows, width)).astype("int64"), lod, fj.CPUPlace()),
+            "scores": fj.create_lod_tensor(score_rows, lod, fj.CPUPlace())}
+    exe = fj.Executor(fj.CPUPlace())
+    fetch = [sel_ids, sel_scores]
+    with fj.scope_guard(fj.Scope()):
+        want = exe.run(main, feed=feed, fetch_list=fetch, return_numpy=False)
+        compiled = fj.CompiledProgram(main).with_data_parallel()
+        got = exe.run(compiled, feed=feed, fetch_list=fetch, return_numpy=False)
+    for a, b, name in zip(got, want, ("selected_ids", "selected_scores")):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, err_msg=name)
+        assert a.lod() == b.lod(), (name, a.lod(), b.lod())
+
+
+def _worker(which=("batch_norm", "warpctc", "gru", "beam_search")) -> None:
     import jax
     assert jax.device_count() == DEVICES
-    _check_batch_norm()
+    for kind in which:
+        if kind == "batch_norm":
+            _check_batch_norm()
+        elif kind == "beam_search":
+            _check_beam_search()
+        else:
+            _check_equal_to_whole(kind)
+        print(kind, "ok", flush=True)
     print("OK")
 
 
@@ -117,4 +197,4 @@ def test_lod_data_parallel_row_mixing_and_sequence_ops():
 
 
 if __name__ == "__main__":
-    _worker()
+    _worker(*([sys.argv[1:]] if sys.argv[1:] else []))
