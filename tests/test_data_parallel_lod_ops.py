@@ -83,6 +83,34 @@ def _data_parallel(main, startup, loss, feed, sync: bool) -> dict:
 
 
 def _check_batch_norm() -> None:
+    _check_batch_norm_even()
+    _check_batch_norm_uneven()
+
+
+def _check_batch_norm_uneven() -> None:
+    """7 sequences on 4 devices (Paddle's split 2,2,2,1: shares padded to buckets): per device,
+    the shares' one-device runs averaged; synchronized, the moving statistics are the whole
+    batch's (every real row once, no padding row), while the parameters follow the mean of the
+    devices' mean losses (not the whole batch's mean), so only the statistics are compared."""
+    main, startup, loss = _bn_program()
+    rng = np.random.default_rng(3)
+    lens = rng.integers(1, 6, 7).tolist()
+    feed = {"x": _lod_feed(rng, lens), "y": rng.standard_normal((7, 1)).astype("float32")}
+    bounds = [(0, 2), (2, 4), (4, 6), (6, 7)]
+    shares = [_one_device(main, startup, _share(feed, lens, lo, hi)) for lo, hi in bounds]
+    per_device = {n: np.mean([s[n] for s in shares], axis=0) for n in shares[0]}
+    got = _data_parallel(main, startup, loss, feed, sync=False)
+    for n, want in per_device.items():
+        np.testing.assert_allclose(got[n], want, rtol=1e-4, atol=1e-5, err_msg=f"uneven per-device {n}")
+    whole = _one_device(main, startup, feed)
+    got = _data_parallel(main, startup, loss, feed, sync=True)
+    stats = [n for n in whole if "batch_norm" in n and n.endswith((".w_1", ".w_2"))]
+    assert len(stats) == 2, sorted(whole)
+    for n in stats:
+        np.testing.assert_allclose(got[n], whole[n], rtol=1e-4, atol=1e-5, err_msg=f"uneven sync {n}")
+
+
+def _check_batch_norm_even() -> None:
     main, startup, loss = _bn_program()
     rng = np.random.default_rng(0)
     lens = rng.integers(1, 6, 2 * DEVICES).tolist()         # 2 sequences per device
