@@ -778,6 +778,11 @@ def data_ctcn(d: str) -> None:
             lines.append(f"{name} {frames} 1 {int(r.randint(1, 201))} {start} {start + int(r.randint(30, 80))}")
         with open(os.path.join(root, f"Activity1.3_{part}_rgb.listformat"), "w") as f:
             f.write("\n".join(lines) + "\n")
+    # the metrics read the class names and, per validation video, "name frames duration_seconds"
+    with open(os.path.join(root, "labels.txt"), "w") as f:
+        f.write("".join(f"class_{c}\n" for c in range(201)))
+    with open(os.path.join(root, "val_duration_frame.list"), "w") as f:
+        f.write("".join(f"val_{i:03d} {200 + 20 * i} {(200 + 20 * i) / 5.0}\n" for i in range(2)))
 
 
 DATA = {"ctcn": data_ctcn, "youtube8m": data_youtube8m, "bmn": data_bmn, "mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
