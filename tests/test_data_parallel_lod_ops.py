@@ -29,7 +29,7 @@ from fluidjax import layer  # noqa: E402
 DEVICES = 4
 
 
-def _bn_program():
+def _bn_program(optimize: bool = True):
     main, startup = fj.Program(), fj.Program()
     main.random_seed = startup.random_seed = 5
     with fj.unique_name.guard(), fj.program_guard(main, startup):
@@ -40,7 +40,8 @@ def _bn_program():
         pooled = layer.sequence_pool(h, "sum")
         pred = layer.fc(pooled, 1)
         loss = layer.mean(layer.square_error_cost(pred, y))
-        fj.optimizer.SGD(learning_rate=0.5).minimize(loss)
+        if optimize:
+            fj.optimizer.SGD(learning_rate=0.5).minimize(loss)
     return main, startup, loss
 
 
@@ -112,9 +113,7 @@ def _check_batch_norm_uneven() -> None:
 
 def _check_batch_norm_even() -> None:
     main, startup, loss = _bn_program()
-    rng = np.random.default_rng(0)
-    lens = rng.integers(1, 6, 2 * DEVICES).tolist()         # 2 sequences per device
-    feed = {"x": _lod_feed(rng, lens), "y": rng.standard_normal((2 * DEVICES, 1)).astype("float32")}
+    lens, feed = _bn_batch()
     shares = [_one_device(main, startup, _share(feed, lens, 2 * d, 2 * d + 2)) for d in range(DEVICES)]
     per_device = {n: np.mean([s[n] for s in shares], axis=0) for n in shares[0]}
     whole = _one_device(main, startup, feed)
@@ -201,6 +200,72 @@ def _check_beam_search() -> None:
     for a, b, name in zip(got, want, ("selected_ids", "selected_scores")):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, err_msg=name)
         assert a.lod() == b.lod(), (name, a.lod(), b.lod())
+
+
+def _bn_batch():
+    rng = np.random.default_rng(0)
+    lens = rng.integers(1, 6, 2 * DEVICES).tolist()         # 2 sequences per device
+    return lens, {"x": _lod_feed(rng, lens), "y": rng.standard_normal((2 * DEVICES, 1)).astype("float32")}
+
+
+def test_the_per_device_emulation_is_paddles_parallel_executor():
+    """The oracle of the per-device (sync_batch_norm=False) check is Paddle's rule: Paddle 2.6.2's
+    ParallelExecutor on 4 CPU places (the same forward program bytes, Paddle's backward and SGD,
+    the same initial state) ends with the parameters of the shares' one-device runs averaged,
+    and its place 0 with the moving statistics of its own share (fluidjax averages the devices')."""
+    main, startup, loss = _bn_program()
+    lens, feed = _bn_batch()
+    shares = [_one_device(main, startup, _share(feed, lens, 2 * d, 2 * d + 2)) for d in range(DEVICES)]
+    scope = fj.Scope()
+    with fj.scope_guard(scope):
+        fj.Executor(fj.CPUPlace()).run(startup)
+        start = _state(main, scope)
+    forward, _, forward_loss = _bn_program(optimize=False)
+
+    import paddle
+    from paddle.base import core
+    from paddle.base.compiler import DeviceType, _place_obj
+    paddle.enable_static()
+    prog = paddle.static.Program.parse_from_string(forward.serialize())
+    p_startup = paddle.static.Program()
+    with paddle.static.program_guard(prog, p_startup):
+        paddle.optimizer.SGD(learning_rate=0.5).minimize(prog.global_block().var(forward_loss.name))
+    p_scope, place = paddle.static.Scope(), paddle.CPUPlace()
+    with paddle.static.scope_guard(p_scope):
+        paddle.static.Executor(place).run(p_startup)
+    for name, value in start.items():
+        if prog.global_block().has_var(name):
+            p_scope.var(name).get_tensor().set(value, place)
+    strategy = paddle.static.ExecutionStrategy()
+    strategy.num_threads = 1
+    strategy._use_device = DeviceType.CPU
+    build = paddle.static.BuildStrategy()
+    assert not build.sync_batch_norm           # Paddle's default: each place's statistics
+    persistable = sorted(n for n, v in prog.global_block().vars.items()
+                         if v.persistable and v.type != core.VarDesc.VarType.RAW)
+    graph = core.Graph(prog.desc)
+    pe = core.ParallelExecutor([_place_obj(p) for p in paddle.static.cpu_places(DEVICES)], persistable,
+                               forward_loss.name, p_scope, [], strategy, build, graph)
+    x, y = core.LoDTensor(), core.LoDTensor()
+    x.set(np.asarray(feed["x"].value()), place)
+    x.set_recursive_sequence_lengths([lens])
+    y.set(feed["y"], place)
+    pe.feed_and_split_tensor_into_local_scopes({"x": x, "y": y})
+    pe.run([forward_loss.name], True)
+    local = pe.local_scopes()[0]
+    theirs = {n: np.array(local.find_var(n).get_tensor()) for n in start}
+    del pe, graph
+    params = {p.name for p in main.global_block().all_parameters() if p.trainable}
+    stats = [n for n in start if n not in params and "batch_norm" in n]
+    assert len(stats) == 2, sorted(start)
+    for n in params:
+        want = np.mean([s[n] for s in shares], axis=0)
+        np.testing.assert_allclose(theirs[n], want, rtol=1e-4, atol=2e-4, err_msg=n)   # fc_0.b_0: ~0 gradient, noise
+        assert not np.allclose(theirs[n], start[n])
+    for n in stats:
+        np.testing.assert_allclose(theirs[n], shares[0][n], rtol=1e-4, atol=1e-5, err_msg=n)
+    whole = _one_device(main, startup, feed)       # the whole batch's statistics: other parameters
+    assert max(np.max(np.abs(theirs[n] - whole[n])) for n in params) > 1e-3
 
 
 def _worker(which=("batch_norm", "warpctc", "gru", "beam_search")) -> None:
