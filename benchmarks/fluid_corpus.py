@@ -753,6 +753,41 @@ def data_youtube8m(d: str) -> None:
     np.save(os.path.join(root, "yt8m_pca", "eigenvals.npy"), r.uniform(0.1, 2.0, (1024, 1)).astype("float32"))
 
 
+def _tensor_stream(array) -> bytes:
+    """One float32 array in Paddle's LoDTensor file format (what fluid.io.save_vars writes per
+    variable: version, no LoD, version, the TensorDesc proto {data_type FP32, dims}, the data)."""
+    import struct
+
+    def varint(n: int) -> bytes:
+        out = b""
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            out += bytes([byte | (0x80 if n else 0)])
+            if not n:
+                return out
+    desc = b"\x08\x05" + b"".join(b"\x10" + varint(int(d)) for d in array.shape)
+    return (struct.pack("<IQIi", 0, 0, 0, len(desc)) + desc
+            + array.astype("<f4", copy=False).tobytes(order="C"))
+
+
+def data_spade(d: str) -> None:
+    """SPADE: the cityscapes pairs (:func:`data_cityscapes`) and VGG19_pretrained/, the VGG19
+    weights its perceptual loss loads with fluid.io.load_vars (one file per variable,
+    vgg19_conv{block}_{i}_weights [out, in, 3, 3], random values)."""
+    import numpy as np
+    data_cityscapes(d)
+    r = _rng("spade_vgg19")
+    root = os.path.join(d, "VGG19_pretrained")
+    os.makedirs(root, exist_ok=True)
+    channels = 3
+    for block, (width, convs) in enumerate([(64, 2), (128, 2), (256, 4), (512, 4), (512, 4)], 1):
+        for i in range(1, convs + 1):
+            w = (r.randn(width, channels, 3, 3) * np.sqrt(2.0 / (channels * 9))).astype("float32")
+            with open(os.path.join(root, f"vgg19_conv{block}_{i}_weights"), "wb") as f:
+                f.write(_tensor_stream(w))
+            channels = width
+
+
 def data_ctcn(d: str) -> None:
     """ActivityNet snippet scores for C-TCN (PaddleCV/video, paths of configs/ctcn.yaml under the
     scratch folder): data/dataset/ctcn/feats/<rgb or flow dir>/<video>.pkl (the dataset's own
@@ -785,7 +820,7 @@ def data_ctcn(d: str) -> None:
         f.write("".join(f"val_{i:03d} {200 + 20 * i} {(200 + 20 * i) / 5.0}\n" for i in range(2)))
 
 
-DATA = {"ctcn": data_ctcn, "youtube8m": data_youtube8m, "bmn": data_bmn, "mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
+DATA = {"spade": data_spade, "ctcn": data_ctcn, "youtube8m": data_youtube8m, "bmn": data_bmn, "mpii": data_mpii, "cityscapes_seg": data_cityscapes_seg, "mnist_gz": data_mnist_gz, "celeba": data_celeba, "wider": data_wider, "senta": data_senta, "cityscapes": data_cityscapes, "coco": data_coco, "voc": data_voc, "sop": data_sop, "imagenet": data_imagenet, "word2vec": data_word2vec, "criteo": data_criteo, "esmm": data_esmm,
         "wide_deep": data_wide_deep, "din": data_din, "ncf": data_ncf, "gnn": data_gnn, "mmoe": data_mmoe,
         "gru4rec": data_gru4rec,
         "text_cls": data_text_cls, "ptb": data_ptb, "lac": data_lac, "wmt": data_wmt, "ocr": data_ocr,
@@ -892,12 +927,13 @@ SCRIPTS += [dict(name="gan_" + m.lower(), target="GAN", path=f"{R18CV}/gan/train
                        "--batch_size", "32" if m in ("CGAN", "DCGAN") else "1", "--epoch", "1", "--use_gpu",
                        "False", "--run_test", "False", "--save_checkpoints", "False", "--max_iter", "4",
                        "--output", "{data}/out", "--data_dir", "{data}"]
+                      + (["--vgg19_pretrain", "{data}/VGG19_pretrained"] if m == "SPADE" else [])
                       + (["--image_size", "286", "--crop_size", "256"] if m in ("Pix2pix", "SPADE")   # its U-Net: 8 halvings
                          else ["--image_size", "64", "--crop_size", "64", "--gan_mode", "wgan"]   # as scripts/run_*.sh
                          + (["--dis_norm", "instance_norm"] if m != "StarGAN" else [])
                          if m in ("StarGAN", "AttGAN", "STGAN")
                          else ["--image_size", "72", "--crop_size", "64"]),
-                 data="cityscapes" if m in ("CycleGAN", "Pix2pix", "SPADE") else
+                 data="spade" if m == "SPADE" else "cityscapes" if m in ("CycleGAN", "Pix2pix") else
                       "mnist_gz" if m in ("CGAN", "DCGAN") else "celeba",
                  book={"mnist": {"train": 256, "test": 64}}) for m in GAN]
 R18NLP, R18REC = "r18/PaddleNLP", "r18/PaddleRec"
