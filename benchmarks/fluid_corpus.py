@@ -775,8 +775,20 @@ def data_spade(d: str) -> None:
     weights its perceptual loss loads with fluid.io.load_vars (one file per variable,
     vgg19_conv{block}_{i}_weights [out, in, 3, 3], random values)."""
     import numpy as np
+    from PIL import Image
     data_cityscapes(d)
     r = _rng("spade_vgg19")
+    # its triplex reader: "label\timage\tinstance" lines (label ids < label_nc, an instance map)
+    city = os.path.join(d, "cityscapes")
+    os.makedirs(os.path.join(city, "spade"), exist_ok=True)
+    lines = []
+    for i in range(4):
+        Image.fromarray(r.randint(0, 36, (72, 144)).astype("uint8")).save(os.path.join(city, "spade", f"{i}_label.png"))
+        Image.fromarray((r.randint(0, 4, (72, 144)) * 1000).astype("uint16")).save(
+            os.path.join(city, "spade", f"{i}_inst.png"))
+        lines.append(f"spade/{i}_label.png\ttrainB/{i}.jpg\tspade/{i}_inst.png\n")
+    with open(os.path.join(city, "spade_train.txt"), "w") as f:
+        f.write("".join(lines))
     root = os.path.join(d, "VGG19_pretrained")
     os.makedirs(root, exist_ok=True)
     channels = 3
@@ -927,7 +939,9 @@ SCRIPTS += [dict(name="gan_" + m.lower(), target="GAN", path=f"{R18CV}/gan/train
                        "--batch_size", "32" if m in ("CGAN", "DCGAN") else "1", "--epoch", "1", "--use_gpu",
                        "False", "--run_test", "False", "--save_checkpoints", "False", "--max_iter", "4",
                        "--output", "{data}/out", "--data_dir", "{data}"]
-                      + (["--vgg19_pretrain", "{data}/VGG19_pretrained"] if m == "SPADE" else [])
+                      + (["--vgg19_pretrain", "{data}/VGG19_pretrained", "--train_list",
+                          "{data}/cityscapes/spade_train.txt", "--crop_width", "128", "--crop_height", "64",
+                          "--load_width", "144", "--load_height", "72"] if m == "SPADE" else [])
                       + (["--image_size", "286", "--crop_size", "256"] if m in ("Pix2pix", "SPADE")   # its U-Net: 8 halvings
                          else ["--image_size", "64", "--crop_size", "64", "--gan_mode", "wgan"]   # as scripts/run_*.sh
                          + (["--dis_norm", "instance_norm"] if m != "StarGAN" else [])
