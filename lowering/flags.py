@@ -36,6 +36,11 @@ sequence to the same bucket as counted rows, and a dense feed whose first dim ke
 compiles once per bucket instead of once per sequence count; a step with an op that would not
 honour the padding keeps the exact sizes (``docs/lod.md``, "Bucketing the sequence count").
 
+``FLAGS_fast_run`` (default off; fluidjax's own flag) lets a run that repeats the last one's
+program, scope, feed and fetch signature take the prepared fast path (``Executor._run_fast``;
+``docs/reliability.md``, "The per-run floor"). Off by default until a soak failure is explained:
+one of two clean-clone soak runs ended with the scope holding a donated (deleted) array.
+
 The check flags are part of the compiled step's cache key: changing one recompiles on the next run.
 """
 
@@ -46,7 +51,7 @@ from typing import Any, Iterable, Mapping
 
 _DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False,
              "FLAGS_max_array_room": 1 << 20, "FLAGS_max_while_iterations": 0,
-             "FLAGS_bucket_sequences": True}
+             "FLAGS_bucket_sequences": True, "FLAGS_fast_run": False}
 # Counts where 0 means "no bound" (the other integer flags are positive sizes).
 _COUNTS = frozenset({"FLAGS_max_while_iterations"})
 _TRUE = {"1", "true", "yes", "on"}
@@ -88,15 +93,18 @@ max_array_room: int = 1 << 20
 # FLAGS_max_while_iterations: read by every run of a step with a while loop (lowering/interrupt.py).
 max_while_iterations: int = 0
 bucket_sequences: bool = True
+# FLAGS_fast_run: whether a repeated exe.run may take the prepared fast path (Executor._run_fast).
+fast_run: bool = False
 
 
 def _refresh() -> None:
-    global mode, fetch_0d_as_1d, max_array_room, max_while_iterations, bucket_sequences
+    global mode, fetch_0d_as_1d, max_array_room, max_while_iterations, bucket_sequences, fast_run
     mode = (_values["FLAGS_check_nan_inf"], _values["FLAGS_check_index"])
     fetch_0d_as_1d = _values["FLAGS_fetch_0d_as_1d"]
     max_array_room = _values["FLAGS_max_array_room"]
     max_while_iterations = _values["FLAGS_max_while_iterations"]
     bucket_sequences = _values["FLAGS_bucket_sequences"]
+    fast_run = _values["FLAGS_fast_run"]
 
 
 def set_flags(flags: Mapping[str, Any]) -> None:

@@ -22,6 +22,16 @@ from fluidjax import layer
 from fluidjax.ir.errors import (FeedError, IndexOutOfRangeError, NumericCheckError, ReentrantRunError,
                                 ShapeError)
 
+
+@pytest.fixture(autouse=True)
+def _fast_run_on():
+    """FLAGS_fast_run is off by default (lowering/flags.py): these tests switch it on."""
+    before = fj.get_flags(["FLAGS_fast_run"])["FLAGS_fast_run"]
+    fj.set_flags({"FLAGS_fast_run": True})
+    yield
+    fj.set_flags({"FLAGS_fast_run": before})
+
+
 LR = 0.1
 W0 = np.array([[0.5], [-1.0], [0.25], [2.0]], np.float32)
 B0 = np.array([0.3], np.float32)
@@ -83,6 +93,20 @@ def test_repeat_runs_take_the_fast_path_and_match_numpy():
     got_w, got_b = _params(scope)
     np.testing.assert_allclose(got_w, w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got_b, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fast_path_is_off_by_default_and_the_general_path_still_trains():
+    fj.set_flags({"FLAGS_fast_run": False})
+    main, startup, loss, _ = _linreg()
+    exe = fj.Executor()
+    scope = _scope(startup, exe)
+    w, b = W0, B0
+    for feed in _batches(4):
+        got, = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+        want, w, b = _numpy_sgd(w, b, feed["x"], feed["y"])
+        np.testing.assert_allclose(float(got), want, rtol=1e-5)
+    assert exe.fast_run_count == 0
+    np.testing.assert_allclose(_params(scope)[0], w, rtol=1e-5, atol=1e-6)
 
 
 def test_fast_and_general_paths_give_bitwise_equal_training():
