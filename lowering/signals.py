@@ -38,13 +38,25 @@ def _record(signum, frame) -> None:
 
 
 def _restore() -> None:
+    """Put the saved handlers back (the last swapped first). The caller sets ``_depth`` to 0 itself,
+    inline, before calling: Python runs pending signal handlers on entering a function, and one
+    that raised there left the depth above 0 for good -- every later window then nested inside a
+    window that was never open and deferred nothing (the soak lost a run's donated state so).
+
+    An entry is removed only once its handler is back (``signal.signal`` runs pending handlers
+    before it installs one, and a handler may raise there): an exception leaves the rest saved,
+    and the next window's exit puts them back; they are the user's handlers, never ``_record``."""
     _depth[0] = 0
-    while _saved:             # (tested first: a pop of the empty list raising costs more than the swap)
+    while _saved:
         try:
-            sig, handler = _saved.pop()
-        except IndexError:    # (a handler put back here ran a deferred window of its own, which
-            return            # put back the rest)
+            sig, handler = _saved[-1]
+        except IndexError:    # (a handler that ran here opened and closed a window of its own,
+            return            # which put back the rest)
         _setsignal(sig, handler)
+        try:
+            _saved.pop()
+        except IndexError:
+            return
 
 
 class deferred_signals:
@@ -73,6 +85,7 @@ class deferred_signals:
                         _saved.append((_WATCHED[i], handlers[i]))
                         _setsignal(_WATCHED[i], _record)
                 except BaseException:
+                    _depth[0] = 0     # first, inline: see _restore
                     _restore()
                     raise
         return self
@@ -83,6 +96,7 @@ class deferred_signals:
         if _depth[0] > 1:
             _depth[0] -= 1
             return
+        _depth[0] = 0             # first, inline: see _restore
         _restore()
         while _pending:
             try:

@@ -441,6 +441,13 @@ def main_() -> int:
                 failures.append(f"run {i}: {outcome}, then reading beta1_pow failed: {exc!r}; the run's exception: "
                                 + ("".join(traceback.format_exception(last_exc))[-3000:] if last_exc else ""))
                 break
+            lost = [n for n in names if getattr(scope.find_var(n).get_tensor()._value, "is_deleted", bool)()]
+            if lost:
+                import traceback
+                failures.append(f"run {i}: {outcome}, then the scope holds deleted (donated) arrays {lost[:4]}; the "
+                                "run's exception: " + ("".join(traceback.format_exception(last_exc))[-3000:]
+                                                       if last_exc else "none"))
+                break
             if (now != b1) != done:
                 import traceback
                 failures.append(f"run {i}: {outcome}, but beta1_pow went from {b1!r} to {now!r}: "
@@ -541,7 +548,10 @@ def main_() -> int:
         # (a temporary joins its save's list in the step that creates it, so an interrupted save
         # never leaves one the process still tracks).
         counts["rolling temporaries before a clean save"] = len(strays(rolling))
-        fj.io.save_persistables(exe, rolling, main_program=main, scope=scope)
+        try:
+            fj.io.save_persistables(exe, rolling, main_program=main, scope=scope)
+        except Exception as exc:  # noqa: BLE001  (reported with the failures that led to it)
+            failures.append(f"the final save of the soak's scope failed: {type(exc).__name__}: {exc}")
         if strays(rolling):
             failures.append(f"{rolling}: temporaries left after a clean save: {strays(rolling)[:3]}")
     t_check = time.perf_counter() - t_check
