@@ -240,8 +240,8 @@ def counted_reach(ops, start: set, from_lod: bool = False) -> str | None:
         if names:
             if op.type in (COUNTED_READERS if from_lod else DENSE_COUNTED_READERS):
                 ok = True
-            elif op.type in LOD_AWARE:
-                ok = False
+            elif op.type in LOD_AWARE and registry.get(op.type).counts is None:
+                ok = False                   # (a LoD-aware op with count roles is judged by them)
             elif block_refs(op) or not registry.has(op.type):
                 ok = False
             else:

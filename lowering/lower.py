@@ -65,8 +65,10 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
     values = _values(op, env)
     lod_source = _first_lod(values)
     counted = keep = lod_rows = tables = None
+    as_counted = {}
     if lod_source is not None and op.type not in LOD_AWARE:
-        counted, keep, tables = _count_rule(opdef, op, values, env, checks)
+        values, as_counted = _lod_as_counted(opdef, op, values)
+        counted, keep, tables = _count_rule(opdef, op, values, env, checks, as_counted)
         lod_rows = max(v.data.shape[0] for vs in values.values() for v in vs if v.__class__ is LoDValue)
     plain_rows = None
     given = values
@@ -99,8 +101,15 @@ def run_op(op, env: MutableMapping[str, Any], rng: Callable[[], jax.Array] | Non
         values = value if isinstance(value, (list, tuple)) else [value]
         for i, (name, v) in enumerate(zip(names, values)):
             if v is not None and name != EMPTY_VAR_NAME:
-                if (lod_source is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
+                if (as_counted and v.__class__ is LoDValue and _declared_lod(op, name)
+                        and _lod_back(as_counted, slot, i, v.data.shape[0]) is not None):
+                    # a LoD input taken as counted rows, its rows kept: its LoD again
+                    v = LoDValue(v.data, _lod_back(as_counted, slot, i, v.data.shape[0]).offsets)
+                elif (lod_source is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
                         and v.shape[0] >= lod_source.data.shape[0] and _declared_lod(op, name)):
+                    if (lod_rows is not None and v.shape[0] > lod_rows and opdef.forward_type is None
+                            and not op.type.endswith("_grad")):
+                        raise _grown_refusal(op, slot, name, v.shape[0], lod_rows)
                     v = LoDValue(v, lod_source.offsets)      # the output shares its input's LoD
                 elif (counted is not None and v.__class__ is not LoDValue and getattr(v, "ndim", 0)
                         and v.shape[0] in (counted.data.shape[0], lod_rows)
@@ -181,6 +190,10 @@ def lod_aware(*types: str) -> None:
 _ROW_MIXING = frozenset({"batch_norm", "sync_batch_norm", "instance_norm", "group_norm", "accuracy"})
 # (reduce_sum/mean/max/min/prod reduce the real rows of a LoD value: ops/reduce.py)
 _REDUCTIONS = frozenset({"arg_max", "arg_min"})
+# Ops that cut or reorder along an axis (attribute, default): along the rows of a padded LoD value
+# they would cut through its padding or move it before real rows (a fetch keeps the first rows).
+_ALONG_AXIS = {"split": ("axis", 0), "unstack": ("axis", 0), "unbind": ("axis", 0), "flip": ("axis", None),
+               "roll": ("axis", None), "reverse": ("axis", None)}
 
 
 def _first_lod(values: dict) -> LoDValue | None:
@@ -196,6 +209,13 @@ def _mixes_rows(op, value) -> bool:
         return False
     if op.type in _ROW_MIXING:
         return True
+    if op.type in _ALONG_AXIS:
+        attr, default = _ALONG_AXIS[op.type]
+        dims = op.attrs.get(attr, default)
+        dims = dims if isinstance(dims, (list, tuple)) else [dims]
+        ndim = max(len(value.shape), 1)
+        return (not dims or None in dims or "AxisTensor" in op.inputs and any(op.inputs["AxisTensor"])
+                or any(int(d) % ndim == 0 for d in dims))
     if op.type in _REDUCTIONS:
         ndim = len(value.shape)
         dims = op.attrs.get("dim", op.attrs.get("axis", [0]))
@@ -273,7 +293,71 @@ def _pad_rows(value: LoDValue, rows: int) -> LoDValue:
     return LoDValue(jnp.concatenate([value.data, pad]), value.offsets)
 
 
-def _count_rule(opdef, op, values: dict, env, checks: StepChecks | None = None) -> tuple[LoDValue | None, frozenset]:
+# Ops that pass a whole value on (paddle.static.nn.cond's select_input/select_output): a LoD value
+# keeps its LoD through them.
+_PASSES_WHOLE = frozenset({"select_input", "select_output"})
+
+
+def _lod_as_counted(opdef, op, values: dict) -> tuple[dict, dict]:
+    """The LoD inputs that ``op`` (not LoD-aware) takes as *counted rows* — the real rows of all
+    their sequences, padded to the bucket, carrying their real count (a LoDValue of one level
+    ``[0, rows]``, the representation of ``docs/ops_data_dependent.md``) — and their positions.
+
+    - An op none of whose outputs the program declares with LoD drops its inputs' LoD (Paddle's
+      ShareLoD does not apply: a reshape or flatten that changes the row count, a transpose, a
+      stack, ``shape``...): all its LoD inputs are counted rows, so the op's count roles decide
+      (``registry.declare_counts``): ``"rows"`` outputs keep the real row count, ``"count"`` rules
+      compute it (a reshape to more rows: ``rows * in_row_size / out_row_size``), and a slot with
+      no role refuses the value (``_count_rule``) rather than let its padding rows reach a result.
+    - An op that shares the LoD takes a LoD input as counted rows in a slot whose role is
+      ``"count"`` only (concat along the rows, expand): a result of as many padded rows as the
+      input takes its LoD back (run_op); one of another row count stays counted rows (Paddle's
+      ShareLoD would give it offsets that no longer cover its rows).
+
+    Grad ops follow their forward op: their LoD inputs in the forward's ``"count"`` slots are
+    counted rows too (the same rule, recomputed), and the gradient of such an input takes its LoD
+    back. Returns (the values, {(slot, index): the LoD value taken as counted rows})."""
+    forward = opdef.forward_type is None and not op.type.endswith("_grad")
+    if not forward and opdef.forward_type is None:
+        return values, {}
+    if op.type in ROW_STATISTICS or (opdef.forward_type or op.type) in _PASSES_WHOLE:
+        return values, {}
+    lod_at = [(slot, i) for slot, vals in values.items()
+              for i, (name, v) in enumerate(zip(op.inputs.get(slot, ()), vals))
+              if v.__class__ is LoDValue and _declared_lod(op, name)]
+    if not lod_at:
+        return values, {}
+    roles = registry.count_roles(opdef, op, values)
+    if forward:
+        outs = [n for names in op.outputs.values() for n in names if n != EMPTY_VAR_NAME]
+        drops = bool(outs) and not any(_declared_lod(op, n) for n in outs)
+        chosen = [(s, i) for s, i in lod_at if drops or roles.get(s) == "count"]
+    else:
+        chosen = [(s, i) for s, i in lod_at if roles.get(s) == "count"]
+    if not chosen:
+        return values, {}
+    out = {slot: list(vals) for slot, vals in values.items()}
+    originals = {}
+    for slot, i in chosen:
+        v = out[slot][i]
+        originals[(slot, i)] = v
+        out[slot][i] = LoDValue(v.data, (jnp.stack([jnp.zeros((), jnp.int32), v.row_count().astype(jnp.int32)]),))
+    return out, originals
+
+
+def _lod_back(as_counted: dict, slot: str, index: int, rows: int):
+    """The LoD value whose LoD an output (``slot``[``index``], ``rows`` padded rows) of an op that took
+    LoD inputs as counted rows takes back: for a gradient ``S@GRAD``, input ``S``'s; else the first
+    such input with as many rows; None when none has."""
+    if slot.endswith(GRAD_SUFFIX):
+        v = as_counted.get((slot[:-len(GRAD_SUFFIX)], index))
+        if v is not None:
+            return v if v.data.shape[0] == rows else None
+    return next((v for v in as_counted.values() if v.data.shape[0] == rows), None)
+
+
+def _count_rule(opdef, op, values: dict, env, checks: StepChecks | None = None,
+                as_counted: dict | None = None) -> tuple[LoDValue | None, frozenset]:
     """How ``op`` takes its *counted* inputs (LoDValues of variables declared without LoD: rows
     padded to a static capacity whose real count is data; docs/ops_data_dependent.md), by its
     registry roles (``registry.declare_counts``): returns (the counted input whose count its
@@ -285,7 +369,7 @@ def _count_rule(opdef, op, values: dict, env, checks: StepChecks | None = None) 
     without roles keeps the count on outputs of the counted input's rows, as before."""
     found = [(slot, i, v) for slot, vals in values.items()
              for i, (name, v) in enumerate(zip(op.inputs.get(slot, ()), vals))
-             if v.__class__ is LoDValue and not _declared_lod(op, name)]
+             if v.__class__ is LoDValue and ((slot, i) in (as_counted or ()) or not _declared_lod(op, name))]
     if not found:
         return None, frozenset(), ()
     grad = opdef.forward_type is not None or op.type.endswith("_grad")
@@ -295,7 +379,7 @@ def _count_rule(opdef, op, values: dict, env, checks: StepChecks | None = None) 
     if not grad:
         for slot, i, v in found:
             if roles.get(slot) not in registry.COUNT_ROLES:
-                raise _count_refusal(op, slot, op.inputs[slot][i], v, env)
+                raise _count_refusal(op, slot, op.inputs[slot][i], v, env, (slot, i) in (as_counted or ()))
     rows = [v for slot, i, v in found if roles.get(slot) == "rows"]
     if not grad and len(rows) > 1:
         _check_same_counts(op, [(slot, i, v) for slot, i, v in found if roles.get(slot) == "rows"], checks, env)
@@ -371,8 +455,19 @@ def _counted_grad_or_output(opdef, op, given: dict, slot: str, index: int) -> bo
             and not _declared_lod(op, names[index]))
 
 
-def _count_refusal(op, slot: str, name: str, value: LoDValue, env) -> DataDependentShapeError:
-    """The error for ``op`` given the counted value ``name`` in a slot it does not honour."""
+def _count_refusal(op, slot: str, name: str, value: LoDValue, env, lod: bool = False) -> DataDependentShapeError:
+    """The error for ``op`` given the counted value ``name`` in a slot it does not honour (``lod``:
+    a LoD value that ``op`` takes as counted rows, see :func:`_lod_as_counted`)."""
+    if lod:
+        return DataDependentShapeError(
+            f"op {op.type!r} at {op.location}: input {slot}={name!r} is a LoD (variable-length) value, "
+            f"padded inside the compiled step to a bucket of {value.data.shape[0]} rows, and {op.type!r} "
+            "with these attributes neither keeps its LoD (no output is declared with LoD) nor honours "
+            "its real row count: its result would hold the padding rows, or their number, as data. "
+            "Keep the rows as the first dimension (reshape to [-1, ...] or [0, ...], transpose with "
+            "axis[0] == 0, stack/unsqueeze/split along a later axis), pool the sequences first "
+            "(layers.sequence_pool), or fetch the value and continue on the host",
+            op_type=op.type, location=str(op.location))
     producer = _count_origin(op, name, env)
     made = (f"made by op {producer.type!r} at {producer.location}" if producer is not None
             else "made by an op whose output size depends on the data")
@@ -385,6 +480,17 @@ def _count_refusal(op, slot: str, name: str, value: LoDValue, env) -> DataDepend
         op_type=op.type, location=str(op.location),
         producer_type=producer.type if producer is not None else None,
         producer_location=str(producer.location) if producer is not None else None)
+
+
+def _grown_refusal(op, slot: str, name: str, rows: int, lod_rows: int) -> DataDependentShapeError:
+    """The error for ``op`` whose output ``name``, declared with its LoD input's LoD, has more rows
+    (``rows``) than that input's padded ``lod_rows``: which of them are real is not known."""
+    return DataDependentShapeError(
+        f"op {op.type!r} at {op.location}: output {slot}={name!r} is declared with its LoD input's LoD "
+        f"but has {rows} rows from a LoD input padded inside the compiled step to {lod_rows}: which "
+        "of them are real is not known, and the LoD would cut it to the input's rows. Grow the rows "
+        "on the host, or with an op that honours a row count (concat along the rows, expand)",
+        op_type=op.type, location=str(op.location))
 
 
 def _count_origin(op, name: str, env):

@@ -201,6 +201,12 @@ def _softmax_ce(op, values) -> dict:
     return {"Logits": "rows", "Label": "rows"} if n and axis % n != 0 else {}
 
 
+def _batch_size_like(op, values) -> dict:
+    """``*_batch_size_like``: one output row per input row when the batch dim is the rows on both sides."""
+    idx, odx = int(op.attrs.get("input_dim_idx", 0)), int(op.attrs.get("output_dim_idx", 0))
+    return {"Input": "rows"} if idx == 0 and odx == 0 else {}
+
+
 _UNARY = """
 relu relu6 leaky_relu elu selu celu brelu thresholded_relu rrelu gelu sigmoid logsigmoid tanh swish silu
 mish hard_swish hard_sigmoid softplus stanh soft_relu softsign softshrink hard_shrink tanh_shrink maxout
@@ -224,7 +230,7 @@ _BY_RULE = {
     "squeeze": _squeeze, "squeeze2": _squeeze, "unsqueeze": _unsqueeze, "unsqueeze2": _unsqueeze,
     "flatten": _flatten2, "flatten2": _flatten2,
     "mul": _mul, "matmul": _matmul, "matmul_v2": _matmul,
-    "stack": _stack, "split": _split,
+    "stack": _stack, "split": _split, "unstack": _not_axis0("axis", 0), "unbind": _not_axis0("axis", 0),
     "expand_v2": _expand_v2, "tile": _tile,
     "gather": _gather, "gather_nd": lambda op, values: {"X": "table", "Index": "rows"},
     "index_select": _index_select, "strided_slice": _strided_slice,
@@ -237,9 +243,8 @@ _BY_RULE = {
     "iou_similarity": lambda op, values: {"X": "rows"},
     # its rule counts each image's ROIs by RoisNum, so the padding rows take no part
     "distribute_fpn_proposals": lambda op, values: {"FpnRois": "table"} if given(values, "RoisNum") else {},
-    "fill_constant_batch_size_like": lambda op, values: (
-        {"Input": "rows"} if int(op.attrs.get("input_dim_idx", 0)) == 0 and int(op.attrs.get("output_dim_idx", 0)) == 0
-        else {}),
+    "fill_constant_batch_size_like": _batch_size_like,
+    "uniform_random_batch_size_like": _batch_size_like, "gaussian_random_batch_size_like": _batch_size_like,
     # control flow passing a value through (paddle.static.nn.cond): their rules select whole values,
     # a counted one with its count (the branch not taken holds count 0)
     "select_input": lambda op, values: {"X": "count"}, "select_output": lambda op, values: {"X": "count"},

@@ -153,10 +153,24 @@ def reshape2(ctx):
         if declared is None or sum(d < 0 for d in declared) > 1:
             raise
         tensor_shape = list(declared)
-    shape = reshape_target(x.shape, tensor_shape if tensor_shape is not None else ctx.attr("shape"), fail)
+    shape = counted_target(x, tensor_shape if tensor_shape is not None else ctx.attr("shape"), fail)
     if is_counted(x):
         return {"Out": reshape_counted(x, shape[1:], ctx), "XShape": _xshape(x.data)}
     return {"Out": x.reshape(shape), "XShape": _xshape(x)}
+
+
+def counted_target(x, shape, fail) -> tuple[int, ...]:
+    """:func:`reshape_target` for ``x``; for a counted ``x`` with ``shape[0] == -1`` the rows are its
+    real elements re-cut (:func:`reshape_counted`), so only the other dims are resolved (the padded
+    capacity need not divide into them; the real count is checked inside the step)."""
+    shape = [int(s) for s in shape]
+    if is_counted(x) and shape and shape[0] == -1 and -1 not in shape[1:]:
+        if any(s == 0 and i >= len(x.shape) for i, s in enumerate(shape)):
+            fail(f"shape {shape}: a 0 copies a dim X does not have (X has rank {len(x.shape)})")
+        if any(s < -1 for s in shape):
+            fail(f"shape {shape} holds a dim below -1; dims must be positive, 0 (copy) or -1 (infer)")
+        return (-1,) + tuple(x.shape[i] if s == 0 else s for i, s in enumerate(shape) if i)
+    return reshape_target(x.shape, shape, fail)
 
 
 def reshape_counted(x, tail, ctx=None):
@@ -208,7 +222,7 @@ def reshape(ctx):
     a Shape/ShapeTensor input, when its values are known at lowering, wins over the attribute."""
     x = ctx.input("X")
     shape = static_ints(ctx, "Shape", "ShapeTensor", what="the target shape")
-    shape = reshape_target(x.shape, shape if shape is not None else ctx.attr("shape"), lambda m: _fail(ctx, m))
+    shape = counted_target(x, shape if shape is not None else ctx.attr("shape"), lambda m: _fail(ctx, m))
     if is_counted(x):
         return {"Out": reshape_counted(x, shape[1:], ctx)}
     return {"Out": x.reshape(shape)}

@@ -8,14 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...ir import dtypes
-from ...ir.errors import OpRuntimeError
+from ...ir.errors import DataDependentShapeError, OpRuntimeError
 from ...ir.registry import Attr, declare_counts, op
 from ...ir.shape import InferShapeContext, same_as
 from ..checks import IndexInput, index_inputs
 from ..host_init import host_rule
 from ._errors import _fail
 from ._tensor_attrs import static_ints
-from ._counts import count_of, is_counted
+from ._counts import count_of, counted, is_counted
+from ..lod_value import LoDValue, sequence_count
+from ..lower import lod_aware
 
 
 def _int_text(text: str) -> int:
@@ -365,10 +367,42 @@ def _fill_value(ctx, dtype):
     infer_shape=_batch_like_shape, grad=None)
 def fill_constant_batch_size_like(ctx):
     """A tensor of ``shape`` filled with ``value``, except that dim ``output_dim_idx`` takes
-    Input's dim ``input_dim_idx`` (the batch size)."""
+    Input's dim ``input_dim_idx`` (the batch size).
+
+    A LoD Input with ``input_dim_idx`` 0 gives, as Paddle's kernel, the number of sequences of its
+    last level (not its rows); where those are padded (inner levels, ``FLAGS_bucket_sequences``)
+    the result's rows are counted rows of the real number. A counted Input (rows whose number is
+    data) gives its real row count along ``output_dim_idx`` 0 and is refused along another."""
     dtype = dtypes.to_numpy(dtypes.from_enum(ctx.attr("dtype")))
-    shape = _batch_like_target(ctx, ctx.input("Input").shape)
-    return {"Out": jnp.full(tuple(shape), _fill_value(ctx, dtype), dtype)}
+    x = ctx.input("Input")
+    i, o = ctx.attr("input_dim_idx"), ctx.attr("output_dim_idx")
+    if x.__class__ is not LoDValue:
+        return {"Out": jnp.full(tuple(_batch_like_target(ctx, x.shape)), _fill_value(ctx, dtype), dtype)}
+    var = ctx.op.block.find_var(ctx.op.inputs["Input"][0])
+    if i != 0:
+        return {"Out": jnp.full(tuple(_batch_like_target(ctx, x.data.shape)), _fill_value(ctx, dtype), dtype)}
+    if var is not None and var.lod_level:          # the last level's sequences
+        last = x.offsets[-1]
+        count = sequence_count(last) if len(x.offsets) == 1 else x.offsets[-2][-1]
+        rows = last.shape[0] - 1
+    else:                                          # counted rows
+        count, rows = x.row_count(), x.data.shape[0]
+    shape = list(ctx.attr("shape"))
+    shape[o] = rows
+    out = jnp.full(tuple(shape), _fill_value(ctx, dtype), dtype)
+    if count is None:
+        return {"Out": out}
+    if o != 0:
+        raise DataDependentShapeError(
+            f"op 'fill_constant_batch_size_like' at {ctx.op.location}: its batch size (Input's "
+            f"{'sequences' if var is not None and var.lod_level else 'rows'}) is data inside the compiled "
+            f"step (padded to {rows}), and output_dim_idx={o} would put it in a dim other than the rows; "
+            "use output_dim_idx=0 and transpose, or give the size on the host",
+            op_type=ctx.op.type, location=str(ctx.op.location))
+    return {"Out": counted(out, count)}
+
+
+lod_aware("fill_constant_batch_size_like")
 
 
 def _any_like_dtype(ctx, x_dtype):
