@@ -19,6 +19,16 @@ import pytest
 
 import fluidjax as fluid
 import paddle_oracle as po
+from fluidjax.lowering.ops import conv as conv_rules
+
+
+def _tiled(shape, filt, stride, padding, fmt):
+    """Whether the tiling rule takes this convolution (the tests below must exercise it)."""
+    n = len(filt)
+    spatial = shape[:n] if fmt in ("NHWC", "NDHWC") else shape[1:]
+    stride = stride if isinstance(stride, list) else [stride] * n
+    padding = padding if isinstance(padding, list) else [padding] * n
+    return conv_rules._tiles(spatial, filt, stride, [1] * n, [(p, p) for p in padding])
 
 
 def _run_both(main, startup, feed, fetch):
@@ -41,6 +51,7 @@ def _run_both(main, startup, feed, fetch):
 ])
 def test_tiling_conv3d_matches_paddle_with_gradients(shape, filt, padding, groups, fmt):
     """conv3d with stride == filter_size: output, dInput and dFilter as Paddle 2.6.2's."""
+    assert _tiled(shape, filt, filt, padding, fmt)
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 7
     with fluid.program_guard(main, startup):
@@ -52,6 +63,33 @@ def test_tiling_conv3d_matches_paddle_with_gradients(shape, filt, padding, group
         w = main.global_block().all_parameters()[0]
         gx, gw = fluid.backward.gradients([loss], [x, w])
     feed = {"x": np.random.RandomState(5).randn(2, *shape).astype("float32")}
+    ours, theirs = _run_both(main, startup, feed, [y, gx, gw])
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("shape,filt,stride,padding,groups,fmt", [
+    ([6, 5, 9], [1, 9], 1, 0, 1, "NCHW"),              # C-TCN's head: one window across the width
+    ([6, 5, 9], [5, 8], [1, 2], 0, 2, "NCHW"),         # one window each way (column 9 unread), groups
+    ([6, 8, 9], [2, 3], [2, 3], 0, 1, "NCHW"),         # stride == kernel, patch embedding
+    ([7, 7, 4], [7, 7], 2, 0, 1, "NHWC"),              # a whole-image window, stride unused
+    ([6, 5, 9], [2, 9], [2, 4], [1, 1], 3, "NCHW"),    # stride == kernel on H, one window on W
+])
+def test_tiling_conv2d_matches_paddle_with_gradients(shape, filt, stride, padding, groups, fmt):
+    """conv2d whose windows do not overlap: output, dInput and dFilter as Paddle 2.6.2's."""
+    assert _tiled(shape, filt, stride, padding, fmt)
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 7
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=shape, dtype="float32")
+        x.stop_gradient = False
+        y = fluid.layers.conv2d(x, num_filters=6, filter_size=filt, stride=stride, padding=padding,
+                                groups=groups, bias_attr=False, data_format=fmt)
+        loss = fluid.layers.reduce_sum(y * y)
+        w = main.global_block().all_parameters()[0]
+        gx, gw = fluid.backward.gradients([loss], [x, w])
+    feed = {"x": np.random.RandomState(6).randn(2, *shape).astype("float32")}
     ours, theirs = _run_both(main, startup, feed, [y, gx, gw])
     for a, b in zip(ours, theirs):
         assert a.shape == b.shape
@@ -78,3 +116,13 @@ def test_tiling_conv3d_gradient_is_fast():
     w = np.asarray(scope.find_var(main.global_block().all_parameters()[0].name).get_tensor())
     # d sum(y) / dx[n, c, d, h, w] = sum_o W[o, c, d, 0, 0]
     np.testing.assert_allclose(got[0, :, :, 0, 0], w[:, :, :, 0, 0].sum(0), rtol=1e-4, atol=1e-5)
+
+
+def test_overlapping_and_pointwise_convolutions_keep_xlas_convolution():
+    """The rule takes only non-overlapping windows with more than one tap."""
+    assert not _tiled([4, 8, 8], [3, 3], 1, 1, "NCHW")          # overlapping 3x3
+    assert not _tiled([4, 8, 8], [3, 3], 2, 1, "NCHW")          # stride 2 < kernel 3
+    assert not _tiled([4, 8, 8], [1, 1], 1, 0, "NCHW")          # 1x1: the pointwise rule
+    assert not _tiled([4, 8, 8], [1, 1], 2, 0, "NCHW")          # strided 1x1 (skips pixels)
+    assert not _tiled([4, 8, 9], [2, 9], [1, 1], 0, "NCHW")     # H overlaps (stride 1 < 2)
+    assert _tiled([4, 8, 9], [2, 9], [2, 1], 0, "NCHW")

@@ -245,6 +245,8 @@ def _conv(ctx):
         return {"Output": _depthwise_by_shifts(x, w, strides, pads, dil, last)}
     if groups == 1 and tuple(w.shape[2:]) == (1, 1) and all(p == (0, 0) for p in map(tuple, pads)):
         return {"Output": _pointwise_by_dot(x, w, strides, last)}
+    if _tiles(_spatial(x.shape, last), w.shape[2:], strides, dil, pads):
+        return {"Output": _tiled_conv(x, w, strides, pads, groups, last)}
     if (groups == 1 and last and x.ndim == 4 and tuple(dil) == (1, 1) and w.shape[1] == x.shape[3]
             and int(np.prod(w.shape[1:])) <= _PATCH_LIMIT and all(min(p) >= 0 for p in map(tuple, pads))):
         return {"Output": _few_channels_by_dot(x, w, strides, pads)}
@@ -412,26 +414,37 @@ def _conv3d_shape(ctx: InferShapeContext) -> None:
     ctx.set_output("Output", _image3d(x.shape[0], w.shape[0], out, last), x.dtype, 0)
 
 
-def _tiles(ksize, strides, dilations, pads) -> bool:
-    """Whether a convolution's windows tile its (padded) input: stride == kernel size along every
-    spatial dim, no dilation (BMN's [32, 1, 1] kernel at stride [32, 1, 1], a patch embedding)."""
-    return (all(int(k) == int(s) for k, s in zip(ksize, strides)) and all(int(d) == 1 for d in dilations)
-            and all(p[0] >= 0 and p[1] >= 0 for p in pads))
+def _tiles(in_sizes, ksize, strides, dilations, pads) -> bool:
+    """Whether a convolution's windows tile its (padded) input without overlap and have more than
+    one tap: along every spatial dim, no dilation and either stride == kernel size (BMN's
+    [32, 1, 1] kernel at stride [32, 1, 1], a patch embedding) or a single window (C-TCN's
+    [1, 402] kernel over its 402-wide scores). A 1x1 convolution is left to the pointwise rule."""
+    if not any(int(k) > 1 for k in ksize):
+        return False
+    for size, k, s, d, p in zip(in_sizes, ksize, strides, dilations, pads):
+        size, k, s = int(size), int(k), int(s)
+        if int(d) != 1 or p[0] < 0 or p[1] < 0 or size < 0 or size + p[0] + p[1] < k:
+            return False
+        if k != s and (size + p[0] + p[1] - k) // s + 1 != 1:
+            return False
+    return True
 
 
 def _tiled_conv(x, w, strides, pads, groups: int, last: bool):
-    """A convolution whose windows tile the input, as a reshape and one product (the same sums).
+    """A convolution whose windows tile the input (:func:`_tiles`), as a reshape and one product
+    of patches and filter (the same sums); its gradients are plain dot products too.
 
-    XLA CPU computes the input gradient of a strided 3-D convolution as a convolution over the
-    stride-dilated output gradient on its generic loop path: BMN's [2, 128, 32, 100, 100] input
-    with a [32, 1, 1] kernel at stride 32 took ~15 minutes a step on 2 cores. As patches times
-    the filter both the result and its gradients are plain dot products (under a second)."""
+    XLA CPU runs such convolutions on its generic loop path: the input gradient of BMN's strided
+    3-D convolution ([2, 128, 32, 100, 100], kernel = stride [32, 1, 1]) took ~15 minutes a step
+    on 2 cores, C-TCN's [1, 402] head convolution 20x longer than the product, forward and
+    backward."""
     if last:
         x = jnp.moveaxis(x, -1, 1)
     nsp = x.ndim - 2
     x = jnp.pad(x, [(0, 0), (0, 0)] + [tuple(int(v) for v in p) for p in pads])
-    outs = [x.shape[2 + i] // int(strides[i]) for i in range(nsp)]
-    x = x[(slice(None), slice(None)) + tuple(slice(0, o * int(s)) for o, s in zip(outs, strides))]
+    ks = [int(k) for k in w.shape[2:]]
+    outs = [(x.shape[2 + i] - ks[i]) // int(strides[i]) + 1 for i in range(nsp)]
+    x = x[(slice(None), slice(None)) + tuple(slice(0, o * k) for o, k in zip(outs, ks))]
     n, c = x.shape[:2]
     o_c = w.shape[0]
     split = []
@@ -458,7 +471,7 @@ def conv3d(ctx):
     [out_c, in_c / groups, kd, kh, kw]; ``paddings`` holds 3 values or 6 (before/after per dim)."""
     x, w = ctx.input("Input"), ctx.input("Filter")
     last, strides, pads, dil = _conv3d_geometry(x.shape, w.shape, {k: ctx.attr(k) for k in _CONV3D_ATTRS})
-    if _tiles(w.shape[2:], strides, dil, pads):
+    if _tiles(_spatial3d(x.shape, last), w.shape[2:], strides, dil, pads):
         return {"Output": _tiled_conv(x, w, strides, pads, ctx.attr("groups") or 1, last)}
     dims = ("NDHWC", "OIDHW", "NDHWC") if last else ("NCDHW", "OIDHW", "NCDHW")
     out = lax.conv_general_dilated(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
