@@ -359,7 +359,7 @@ class Executor:
         a failed step leaving the scope as it was -- and skips only what such a call cannot need
         (readers, run hooks, LoD feeds, host ops, effects, the memory check of a new shape). Returns
         ``_SLOW``, having changed nothing, when the call needs the general path."""
-        if not flags.fast_run:          # FLAGS_fast_run (off by default: lowering/flags.py)
+        if not flags.fast_run:          # FLAGS_fast_run (on by default: lowering/flags.py)
             return _SLOW
         # Only the last run's shapes (plan.mem_shape, set by every run of other shapes, _check_memory):
         # their memory need is known and quiet, and under FLAGS_bucket_sequences that run's dense feeds

@@ -36,10 +36,9 @@ sequence to the same bucket as counted rows, and a dense feed whose first dim ke
 compiles once per bucket instead of once per sequence count; a step with an op that would not
 honour the padding keeps the exact sizes (``docs/lod.md``, "Bucketing the sequence count").
 
-``FLAGS_fast_run`` (default off; fluidjax's own flag) lets a run that repeats the last one's
+``FLAGS_fast_run`` (default on; fluidjax's own flag) lets a run that repeats the last one's
 program, scope, feed and fetch signature take the prepared fast path (``Executor._run_fast``;
-``docs/reliability.md``, "The per-run floor"). Off by default until a soak failure is explained:
-one of two clean-clone soak runs ended with the scope holding a donated (deleted) array.
+``docs/reliability.md``, "The per-run floor"); off, every run takes the general path.
 
 The check flags are part of the compiled step's cache key: changing one recompiles on the next run.
 """
@@ -51,7 +50,7 @@ from typing import Any, Iterable, Mapping
 
 _DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False,
              "FLAGS_max_array_room": 1 << 20, "FLAGS_max_while_iterations": 0,
-             "FLAGS_bucket_sequences": True, "FLAGS_fast_run": False}
+             "FLAGS_bucket_sequences": True, "FLAGS_fast_run": True}
 # Counts where 0 means "no bound" (the other integer flags are positive sizes).
 _COUNTS = frozenset({"FLAGS_max_while_iterations"})
 _TRUE = {"1", "true", "yes", "on"}
@@ -94,7 +93,7 @@ max_array_room: int = 1 << 20
 max_while_iterations: int = 0
 bucket_sequences: bool = True
 # FLAGS_fast_run: whether a repeated exe.run may take the prepared fast path (Executor._run_fast).
-fast_run: bool = False
+fast_run: bool = True
 
 
 def _refresh() -> None:

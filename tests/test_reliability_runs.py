@@ -463,6 +463,13 @@ def test_a_bounded_while_still_runs_and_trains_with_the_guard_on():
         fj.set_flags({"FLAGS_max_while_iterations": 0})
 
 
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process ``pid`` has used, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.mark.slow
 def test_fluidjax_run_of_a_never_ending_model_exits_130_on_ctrl_c(tmp_path):
     proc = _run_script(_FOREVER + """
@@ -477,7 +484,11 @@ def test_fluidjax_run_of_a_never_ending_model_exits_130_on_ctrl_c(tmp_path):
     child = subprocess.Popen([sys.executable, "-m", "fluidjax", "run", str(tmp_path / "forever"),
                               "--feed", f"x={tmp_path / 'x.npy'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
-    time.sleep(8)                       # imports, load, compile; then it loops
+    # Imports, load and compile take a few seconds of CPU; then it loops, burning CPU. Wait for 8 s
+    # of its CPU time (a loaded machine stretches the wall time of the start, not its CPU time).
+    deadline = time.monotonic() + 90
+    while _cpu_seconds(child.pid) < 8 and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.2)
     assert child.poll() is None, child.communicate()
     sent = time.monotonic()
     child.send_signal(signal.SIGINT)

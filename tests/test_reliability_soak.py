@@ -15,9 +15,9 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _soak(tmp_path, *args) -> dict:
-    """Run the soak worker with ``args``; its result, once it found no failure."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+def _soak(tmp_path, *args, **environ) -> dict:
+    """Run the soak worker with ``args`` (and ``environ`` set); its result, once it found no failure."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **environ)
     proc = subprocess.run([sys.executable, os.path.join(HERE, "soak_worker.py"), str(tmp_path), *args,
                            "--hang", "400"], capture_output=True, text=True, timeout=600, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("SOAK ")]
@@ -56,3 +56,17 @@ def test_soak_of_a_dynamic_rnn_step_on_the_interruptible_path(tmp_path):
     assert counts["main-thread saves"] + counts["main-thread saves interrupted"] == 16, counts
     assert soak["committed"] >= 250 and soak["checkpoints"] >= 10, soak
     assert soak["distinct checkpoint steps"] >= 5 and soak["step threads"] <= 4, soak
+
+
+@pytest.mark.slow
+def test_soak_of_a_dense_model_on_the_prepared_fast_path(tmp_path):
+    """The same soak, the model dense (fc relu -> fc softmax, Adam) and its small batches of one
+    shape: a repeated run takes the prepared fast path (``Executor._run_fast``), so its Ctrl-C
+    deferral, commit and refusals are soaked too (the big batches are refused on the general path)."""
+    soak = _soak(tmp_path, "--model", "mlp", "--runs", "3000", FLAGS_fast_run="1")
+    counts = soak["counts"]
+    assert soak["fast runs"] >= 1500, soak
+    assert counts["interrupted after commit"] >= 100 and counts["interrupted before commit"] >= 10, counts
+    assert counts["refused"] + counts["refused (big batch) and interrupted"] >= 100, counts
+    assert soak["committed"] >= 1000 and soak["checkpoints"] >= 20, soak
+    assert soak["distinct checkpoint steps"] >= 10, soak

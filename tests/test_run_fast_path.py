@@ -25,7 +25,7 @@ from fluidjax.ir.errors import (FeedError, IndexOutOfRangeError, NumericCheckErr
 
 @pytest.fixture(autouse=True)
 def _fast_run_on():
-    """FLAGS_fast_run is off by default (lowering/flags.py): these tests switch it on."""
+    """FLAGS_fast_run is on by default (lowering/flags.py); these tests hold it on whatever ran before."""
     before = fj.get_flags(["FLAGS_fast_run"])["FLAGS_fast_run"]
     fj.set_flags({"FLAGS_fast_run": True})
     yield
@@ -95,7 +95,7 @@ def test_repeat_runs_take_the_fast_path_and_match_numpy():
     np.testing.assert_allclose(got_b, b, rtol=1e-5, atol=1e-6)
 
 
-def test_the_fast_path_is_off_by_default_and_the_general_path_still_trains():
+def test_with_the_flag_off_no_run_is_fast_and_the_general_path_still_trains():
     fj.set_flags({"FLAGS_fast_run": False})
     main, startup, loss, _ = _linreg()
     exe = fj.Executor()
