@@ -996,7 +996,8 @@ class Executor:
         # buffer went to its moment's output, say, and XLA copied every such input before the
         # step (a copy kernel per state variable: a third of a GPT step's kernels on a GPU).
         mutable = tuple(n for n in external if n in written_set)
-        written = list(mutable) + [n for n in written if n not in set(mutable)]
+        mutable_set = set(mutable)        # (built once: per name it made plan building quadratic)
+        written = list(mutable) + [n for n in written if n not in mutable_set]
         seeded = bool(program.random_seed)
         fixed = frozenset(i for i, op in enumerate(jit_ops) if seeded and registry.get(op.type).random
                           and any(block.var(n).persistable for n in op.output_arg_names))
