@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+import warnings
 
 import jax  # noqa: F401  (before paddle)
 import numpy as np
@@ -126,3 +127,48 @@ def test_overlapping_and_pointwise_convolutions_keep_xlas_convolution():
     assert not _tiled([4, 8, 8], [1, 1], 2, 0, "NCHW")          # strided 1x1 (skips pixels)
     assert not _tiled([4, 8, 9], [2, 9], [1, 1], 0, "NCHW")     # H overlaps (stride 1 < 2)
     assert _tiled([4, 8, 9], [2, 9], [2, 1], 0, "NCHW")
+
+
+def _read_into_queue(names, queue):
+    """A video reader's worker (reader/bmn_reader.py's read_into_queue): NumPy work, a batch per
+    put, None at the end."""
+    for name in names:
+        queue.put((name, np.full((4, 3), name, "float32").sum()))
+    queue.put(None)
+
+
+def test_fork_readers_after_a_jax_step_give_every_sample():
+    """PaddleCV video's readers fork 8 workers with multiprocessing (fork start method) after the
+    executor ran its startup program; the workers touch no JAX. They finish and every sample
+    arrives (the video scripts' missing first steps were their convolutions, not the fork)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork start method here")
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3], dtype="float32")
+        y = fluid.layers.fc(x, 2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    exe.run(main, feed={"x": np.ones((2, 3), "float32")}, fetch_list=[y])    # JAX's threads run
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue(20)
+    parts = [list(range(i * 3, i * 3 + 3)) for i in range(8)]
+    with warnings.catch_warnings():                        # JAX warns at every fork of its process
+        warnings.simplefilter("ignore", RuntimeWarning)
+        procs = [ctx.Process(target=_read_into_queue, args=(p, queue)) for p in parts]
+        for p in procs:
+            p.start()
+    got, finished = [], 0
+    while finished < len(procs):
+        item = queue.get(timeout=30)
+        if item is None:
+            finished += 1
+        else:
+            got.append(item)
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert sorted(n for n, _ in got) == list(range(24))
+    assert all(v == 12 * n for n, v in got)
+    again, = exe.run(main, feed={"x": np.ones((2, 3), "float32")}, fetch_list=[y])   # the parent still runs
+    assert again.shape == (2, 2)
