@@ -293,9 +293,14 @@ def _pad_rows(value: LoDValue, rows: int) -> LoDValue:
     return LoDValue(jnp.concatenate([value.data, pad]), value.offsets)
 
 
-# Ops that pass a whole value on (paddle.static.nn.cond's select_input/select_output): a LoD value
-# keeps its LoD through them.
-_PASSES_WHOLE = frozenset({"select_input", "select_output"})
+# Ops that take a LoD value as it is rather than as counted rows (lower._lod_as_counted): those
+# passing a whole value on (paddle.static.nn.cond's select_input/select_output); shape and size,
+# which give the padded rows, static, so that shape arithmetic on them folds (fill_constant(
+# [shape(x)[0], 1]) pairs with x's padded rows; a fetched shape() of a LoD value shows its bucket).
+_PASSES_WHOLE = frozenset({"select_input", "select_output", "shape", "size"})
+# Ops whose shape rules declare an output with X's LoD only when it keeps X's rows (reshape's
+# ShareLoD rule): such an output takes the LoD as it is, never as counted rows.
+_LOD_WHEN_ROWS_KEPT = frozenset({"reshape", "reshape2", "flatten_contiguous_range", "flatten2"})
 
 
 def _lod_as_counted(opdef, op, values: dict) -> tuple[dict, dict]:
@@ -305,22 +310,26 @@ def _lod_as_counted(opdef, op, values: dict) -> tuple[dict, dict]:
 
     - An op none of whose outputs the program declares with LoD drops its inputs' LoD (Paddle's
       ShareLoD does not apply: a reshape or flatten that changes the row count, a transpose, a
-      stack, ``shape``...): all its LoD inputs are counted rows, so the op's count roles decide
+      stack...): all its LoD inputs are counted rows — unless a plain input taken row by row pins
+      the rows (``elementwise_add(plain, lod)``: as before) —, so the op's count roles decide
       (``registry.declare_counts``): ``"rows"`` outputs keep the real row count, ``"count"`` rules
       compute it (a reshape to more rows: ``rows * in_row_size / out_row_size``), and a slot with
       no role refuses the value (``_count_rule``) rather than let its padding rows reach a result.
     - An op that shares the LoD takes a LoD input as counted rows in a slot whose role is
-      ``"count"`` only (concat along the rows, expand): a result of as many padded rows as the
+      ``"count"`` only (concat along the rows, expand; not reshape, whose declared LoD already
+      means the rows are kept): a result of as many padded rows as the
       input takes its LoD back (run_op); one of another row count stays counted rows (Paddle's
       ShareLoD would give it offsets that no longer cover its rows).
 
-    Grad ops follow their forward op: their LoD inputs in the forward's ``"count"`` slots are
+    ``shape``/``size`` and ops passing whole values (``_PASSES_WHOLE``) and ``plain_row_outputs``
+    ops take LoD values as before. Grad ops follow their forward op: their LoD inputs in the forward's ``"count"`` slots are
     counted rows too (the same rule, recomputed), and the gradient of such an input takes its LoD
     back. Returns (the values, {(slot, index): the LoD value taken as counted rows})."""
     forward = opdef.forward_type is None and not op.type.endswith("_grad")
     if not forward and opdef.forward_type is None:
         return values, {}
-    if op.type in ROW_STATISTICS or (opdef.forward_type or op.type) in _PASSES_WHOLE:
+    base = opdef.forward_type or op.type
+    if op.type in ROW_STATISTICS or base in _PASSES_WHOLE or base in PLAIN_ROW_OUTPUTS:
         return values, {}
     lod_at = [(slot, i) for slot, vals in values.items()
               for i, (name, v) in enumerate(zip(op.inputs.get(slot, ()), vals))
@@ -331,9 +340,17 @@ def _lod_as_counted(opdef, op, values: dict) -> tuple[dict, dict]:
     if forward:
         outs = [n for names in op.outputs.values() for n in names if n != EMPTY_VAR_NAME]
         drops = bool(outs) and not any(_declared_lod(op, n) for n in outs)
-        chosen = [(s, i) for s, i in lod_at if drops or roles.get(s) == "count"]
-    else:
-        chosen = [(s, i) for s, i in lod_at if roles.get(s) == "count"]
+        # a plain input taken row by row pins the output's rows to its own (lower._strip_lod), as before
+        pinned = any(roles.get(slot) == "rows" and v is not None and v.__class__ is not LoDValue
+                     and getattr(v, "ndim", 0) >= 1 for slot, vals in values.items() for v in vals)
+        chosen = [(s, i) for s, i in lod_at
+                  if drops and not pinned or roles.get(s) == "count" and base not in _LOD_WHEN_ROWS_KEPT]
+    else:                                  # as the forward op did: its outputs' gradients tell their LoD
+        fwd = registry.get(base)
+        outs = [n for o in fwd.outputs for n in op.inputs.get(o.name + GRAD_SUFFIX, ()) if n != EMPTY_VAR_NAME]
+        drops = bool(outs) and not any(_declared_lod(op, n) for n in outs)
+        chosen = [(s, i) for s, i in lod_at
+                  if roles.get(s) == "count" and (drops or base not in _LOD_WHEN_ROWS_KEPT)]
     if not chosen:
         return values, {}
     out = {slot: list(vals) for slot, vals in values.items()}
@@ -381,8 +398,9 @@ def _count_rule(opdef, op, values: dict, env, checks: StepChecks | None = None,
             if roles.get(slot) not in registry.COUNT_ROLES:
                 raise _count_refusal(op, slot, op.inputs[slot][i], v, env, (slot, i) in (as_counted or ()))
     rows = [v for slot, i, v in found if roles.get(slot) == "rows"]
-    if not grad and len(rows) > 1:
-        _check_same_counts(op, [(slot, i, v) for slot, i, v in found if roles.get(slot) == "rows"], checks, env)
+    checked = [(slot, i, v) for slot, i, v in found if roles.get(slot) == "rows" and (slot, i) not in (as_counted or ())]
+    if not grad and len(checked) > 1:      # (LoD values taken as counted rows pair their rows as before)
+        _check_same_counts(op, checked, checks, env)
     if len({id(v.offsets[-1]) for v in rows}) > 1:
         # Rows of several counted values (a + b of two masked_selects): Paddle needs their counts
         # equal; the smaller is kept, so no padding row of either is ever a result row.

@@ -105,16 +105,17 @@ def test_fluid1_reshape_and_flatten_contiguous_range_of_the_rows():
         assert ours[0].shape == (3 * sum(lengths[0]), 2)
 
 
-def test_shape_and_fill_constant_batch_size_like_of_a_lod_value():
-    """``shape`` gives the real rows; ``fill_constant_batch_size_like`` the number of sequences (as
-    Paddle's kernel: a LoD input's last level), also when that count is padded to a bucket."""
+def test_fill_constant_batch_size_like_of_a_lod_value_counts_its_sequences():
+    """``fill_constant_batch_size_like`` gives the number of sequences (as Paddle's kernel: a LoD
+    input's last level), also when that count is padded to a bucket (3 sequences: bucket 4); the
+    shape of a value reshaped to more rows is its real one."""
     def build(x):
         ones = L.fill_constant_batch_size_like(x, [-1, 4], "float32", 1.5)
-        return [L.shape(x), ones, L.reduce_sum(ones, dim=0)]
+        return [ones, L.reduce_sum(ones, dim=0), L.shape(L.reshape(x, [-1, 3]))]
     for lengths in LENGTHS:
         ours = _check_against_paddle(build, lengths, exact=True)
-        assert list(ours[0]) == [sum(lengths[0]), 6]
-        assert ours[1].shape == (len(lengths[0]), 4)
+        assert ours[0].shape == (len(lengths[0]), 4)
+        assert list(ours[2]) == [2 * sum(lengths[0]), 3]
 
 
 def test_random_batch_size_like_of_a_lod_value_has_its_real_rows():
