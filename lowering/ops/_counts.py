@@ -223,6 +223,14 @@ bitwise_xor isclose where sum cross_entropy cross_entropy2 sigmoid_cross_entropy
 index_sample smooth_l1_loss
 """.split()
 
+# Ops computing each sample (dim 0) from that sample alone: convolutions, pooling, per-channel
+# affine maps (R-CNN's ResNet head over roi_align's ROIs, its mask upsampling).
+_PER_SAMPLE = {
+    "conv2d": "Input", "depthwise_conv2d": "Input", "conv3d": "Input", "conv2d_transpose": "Input",
+    "depthwise_conv2d_transpose": "Input", "conv3d_transpose": "Input",
+    "pool2d": "X", "pool3d": "X", "max_pool2d_with_index": "X", "affine_channel": "X",
+}
+
 _BY_RULE = {
     "softmax": _not_axis0("axis"), "log_softmax": _not_axis0("axis"),
     "arg_max": _arg_extreme, "arg_min": _arg_extreme,
@@ -265,4 +273,7 @@ def declare_families() -> None:
     for t, rule in _BY_RULE.items():
         if has(t):
             declare_counts(t, rule)
+    for t, slot in _PER_SAMPLE.items():
+        if has(t):
+            declare_counts(t, {slot: "rows"})
 
