@@ -17,7 +17,10 @@ order (finished sequences write nowhere), so the outputs need no reordering. The
 the same phases in reverse with the cell's ``jax.vjp`` per step, finished rows masked with
 selects (nothing they hold reaches a gradient), and the recurrent weight's gradient is one
 product over all rows after the loops. Residuals: per row the state and the linear part, as
-Paddle keeps (O(rows · D), nothing proportional to padding).
+Paddle keeps (O(rows · D), nothing proportional to padding), written by the forward a second
+time in Paddle's batch layout (step ``t``'s rows contiguous from ``base[t]``, one
+dynamic-update-slice per step) so that the backward reads each step's linear parts and previous
+states as contiguous slices instead of three row gathers (5–12% less CPU time per layer).
 
 (A variant that first gathered the input into Paddle's batch layout and read each step as a
 contiguous slice measured slower on CPU than these per-step gathers: the gathers of the whole
@@ -100,27 +103,44 @@ def _rows_at(first, end, length, t, width: int, reverse: bool):
     return jnp.where(active, rows, 0), active
 
 
+def _batch_base(length, count: int, rows: int):
+    """``base[t]``: where step ``t``'s rows start in Paddle's batch layout (the running sequences of
+    every earlier step before them), for t in 0..rows."""
+    hist = jnp.zeros((rows + 1,), jnp.int32).at[jnp.minimum(length, rows)].add(1)
+    running = count - jnp.cumsum(hist)[:rows]
+    return jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(running).astype(jnp.int32)])
+
+
 def _forward_rows(cell, x_rows, w_lin, params, init, offsets, levels):
     rows, width = x_rows.shape[0], w_lin.shape[1]
     order, first, end, length, ends = _sorted_sequences(offsets, levels)
+    base = _batch_base(length, init[0].shape[0], rows)
+    room = rows + levels[0]
     carry = tuple(i[order] for i in init)
     state_rows = tuple(jnp.zeros((rows,) + c.shape[1:], c.dtype) for c in init)
     pre_rows = jnp.zeros((rows, width), x_rows.dtype)
+    # the backward's residuals in batch layout (step t at base[t]): read back as contiguous slices
+    state_b = tuple(jnp.zeros((room,) + c.shape[1:], c.dtype) for c in init)
+    pre_b = jnp.zeros((room, width), x_rows.dtype)
     for j, b, start, stop in _phases(levels, ends):
         carry = tuple(c[:b] for c in carry)
 
         def body(t, state, b=b):
-            carry, state_rows, pre_rows = state
+            carry, state_rows, pre_rows, state_b, pre_b = state
             at, active = _rows_at(first, end, length, t, b, cell.reverse)
             xt = x_rows[at]
             pre = xt[:, :width] + carry[0] @ w_lin
             new = cell.step(pre, xt[:, width:], carry, params)
             dest = jnp.where(active, at, rows)            # finished sequences write nowhere
             state_rows = tuple(buf.at[dest].set(n, mode="drop") for buf, n in zip(state_rows, new))
-            return tuple(new), state_rows, pre_rows.at[dest].set(pre, mode="drop")
+            # rows past the running ones are overwritten by later steps' real rows
+            state_b = tuple(lax.dynamic_update_slice_in_dim(buf, n, base[t], 0) for buf, n in zip(state_b, new))
+            pre_b = lax.dynamic_update_slice_in_dim(pre_b, pre, base[t], 0)
+            return tuple(new), state_rows, pre_rows.at[dest].set(pre, mode="drop"), state_b, pre_b
 
-        carry, state_rows, pre_rows = lax.fori_loop(start, stop, body, (carry, state_rows, pre_rows))
-    return state_rows, pre_rows
+        carry, state_rows, pre_rows, state_b, pre_b = lax.fori_loop(
+            start, stop, body, (carry, state_rows, pre_rows, state_b, pre_b))
+    return (state_rows, pre_rows), (state_b, pre_b)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 6))
@@ -130,19 +150,20 @@ def ragged_recurrence(cell, x_rows, w_lin, params, init, offsets, levels: tuple)
 
     ``cell.step(pre, x_rest, carry, params)`` -> new carry (state first), ``cell.reverse``;
     ``pre = x[:, :width] + carry[0] @ w_lin``."""
-    return _forward_rows(cell, x_rows, w_lin, params, init, offsets, levels)
+    return _forward_rows(cell, x_rows, w_lin, params, init, offsets, levels)[0]
 
 
 def _fwd_rows(cell, x_rows, w_lin, params, init, offsets, levels):
-    out = _forward_rows(cell, x_rows, w_lin, params, init, offsets, levels)
-    return out, (x_rows, w_lin, params, init, offsets) + out
+    out, batch = _forward_rows(cell, x_rows, w_lin, params, init, offsets, levels)
+    return out, (x_rows, w_lin, params, init, offsets, out[0][0]) + batch
 
 
 def _bwd_rows(cell, levels, saved, cotangents):
-    x_rows, w_lin, params, init, offsets, state_rows, pre_rows = saved
+    x_rows, w_lin, params, init, offsets, h_rows, state_b, pre_b = saved
     ct_states, ct_pre = cotangents
     rows, width = x_rows.shape[0], w_lin.shape[1]
     order, first, end, length, ends = _sorted_sequences(offsets, levels)
+    base = _batch_base(length, init[0].shape[0], rows)
     init_sorted = tuple(i[order] for i in init)
     dx_rows = jnp.zeros_like(x_rows)
     d_params = jax.tree_util.tree_map(jnp.zeros_like, params)
@@ -156,14 +177,14 @@ def _bwd_rows(cell, levels, saved, cotangents):
             d_carry, dx_rows, d_params = state
             t = stop - 1 - k
             at, active = _rows_at(first, end, length, t, b, cell.reverse)
-            before, _ = _rows_at(first, end, length, t - 1, b, cell.reverse)
             keep = active[:, None]
-            carry_prev = tuple(jnp.where(keep, jnp.where(t == 0, i[:b], buf[before]), zero(buf))
-                               for i, buf in zip(init_sorted, state_rows))
-            xt = x_rows[at]
+            before = base[jnp.maximum(t - 1, 0)]
+            carry_prev = tuple(jnp.where(keep, jnp.where(t == 0, i[:b], lax.dynamic_slice_in_dim(buf, before, b, 0)),
+                                         zero(buf)) for i, buf in zip(init_sorted, state_b))
+            pre_t = jnp.where(keep, lax.dynamic_slice_in_dim(pre_b, base[t], b, 0), zero(pre_b))
+            rest = x_rows[at][:, width:] if x_rows.shape[1] > width else jnp.zeros((b, 0), x_rows.dtype)
             d_new = tuple(jnp.where(keep, d + ct[at], zero(d)) for d, ct in zip(d_carry, ct_states))
-            _, step_vjp = jax.vjp(cell.step, jnp.where(keep, pre_rows[at], zero(pre_rows)),
-                                  jnp.where(keep, xt[:, width:], zero(xt)), carry_prev, params)
+            _, step_vjp = jax.vjp(cell.step, pre_t, jnp.where(keep, rest, zero(rest)), carry_prev, params)
             d_pre, d_rest, d_prev, d_step_params = step_vjp(d_new)
             d_pre = jnp.where(keep, d_pre + ct_pre[at], zero(d_pre))
             d_prev = (d_prev[0] + d_pre @ w_lin.T,) + tuple(d_prev[1:])
@@ -176,7 +197,7 @@ def _bwd_rows(cell, levels, saved, cotangents):
         d_carry, dx_rows, d_params = lax.fori_loop(0, stop - start, body, (d_carry, dx_rows, d_params))
     count = init[0].shape[0]
     d_init = tuple(jnp.zeros_like(i).at[order].set(_pad_rows(d, count - d.shape[0])) for i, d in zip(init, d_carry))
-    h_prev_rows = previous_rows(state_rows[0], init[0], offsets, cell.reverse)
+    h_prev_rows = previous_rows(h_rows, init[0], offsets, cell.reverse)
     d_w_lin = h_prev_rows.T @ dx_rows[:, :width]
     return dx_rows, d_w_lin, d_params, d_init, None
 
