@@ -161,13 +161,13 @@ def check_lod_feed(name: str, value: Any, want: np.dtype, declared: tuple[int, .
 # running sequence), tensor arrays, loops and branches (their bodies are checked op by op), print.
 COUNTED_READERS = frozenset({
     "mean", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
-    "accuracy", "reorder_lod_tensor_by_rank", "shrink_rnn_memory", "write_to_array", "array_to_lod_tensor",
+    "accuracy", "auc", "reorder_lod_tensor_by_rank", "shrink_rnn_memory", "write_to_array", "array_to_lod_tensor",
     "read_from_array", "while", "conditional_block", "print"})
 # What a dense feed carried as counted rows may reach among the LoD-aware ops (no arrays or loops:
 # a fed value written to an array beside plain or LoD elements keeps its own form).
 DENSE_COUNTED_READERS = frozenset({
     "mean", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
-    "accuracy", "print"})
+    "accuracy", "auc", "print"})
 # Ops not adapted to padding sequences: a step holding one keeps every LoD feed's exact sequence
 # count (beam_search_decode lays out ``beam_size`` sentences per source, padding sources included,
 # and inside a while loop the real count is not carried).

@@ -187,3 +187,39 @@ def test_rows_that_cannot_be_known_are_refused(case):
     with pytest.raises(error) as info:
         exe.run(main, feed=feed, fetch_list=[o.name for o in outs], scope=scope)
     assert "LoD" in str(info.value) and "test_lod_row_count_ops.py" in str(info.value)
+
+
+@pytest.mark.parametrize("slide_steps", [0, 20])
+def test_auc_of_a_lod_prediction_counts_the_real_rows_like_paddle(slide_steps):
+    """A CTR model's ``auc`` of an fc softmax over LoD rows (PaddleRec's ctr/dnn: embeddings of
+    one-id LoD slots -> fc -> softmax, a dense label per row): the rows padded to a bucket take no
+    part in the statistics; the AUC and the per-bucket counts equal Paddle's, batch after batch."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fj.unique_name.guard():
+        x = L.data("x", shape=[6], dtype="float32", lod_level=1)
+        label = L.data("label", shape=[1], dtype="int64")
+        predict = L.fc(x, 2, act="softmax")
+        auc, batch_auc, states = L.auc(predict, label, num_thresholds=2 ** 12, slide_steps=slide_steps)
+    fetch = [auc.name, batch_auc.name] + [s.name for s in states]
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    params = po.persistable_values(main, scope)
+    seen = 0
+    for k, lengths in enumerate(LENGTHS):           # 5, 7, 13 rows: the stats accumulate
+        rows = sum(lengths[0])
+        rng = np.random.default_rng(k)
+        feed = {"x": rng.standard_normal((rows, 6)).astype("float32"),
+                "label": rng.integers(0, 2, (rows, 1)).astype("int64")}
+        ours = exe.run(main, feed={"x": fluid.create_lod_tensor(feed["x"], lengths, fluid.CPUPlace()),
+                                   "label": feed["label"]}, fetch_list=fetch, scope=scope)
+        theirs = po.run_lod(main.serialize(), feed, fetch, params, lods={"x": lengths})
+        params = po.persistable_values(main, scope)   # Paddle's next batch starts from the same stats
+        for name, a, b in zip(fetch, ours, theirs):
+            a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+            # (with slide_steps 0 the state variables keep one entry more than Paddle's kernel
+            # writes: the counts it writes are compared)
+            np.testing.assert_allclose(a[:b.size], b, rtol=1e-6, err_msg=f"{name} after {rows} rows")
+        seen += rows
+        if slide_steps == 0:          # every real row counted once, no padding row
+            assert int(np.asarray(ours[2])[:4097].sum() + np.asarray(ours[3])[:4097].sum()) == seen

@@ -253,12 +253,21 @@ def auc(ctx):
     from per-bucket counts of positives and negatives (``num_thresholds + 1`` buckets). With
     ``slide_steps`` = 0 the counts StatPos/StatNeg accumulate over every batch; with k > 0 they hold
     the last k batches' buckets, their sum, and a step counter (Paddle's layout:
-    ``(k + 1) * buckets + 1`` entries), and the AUC is over those k batches."""
-    predict, label = ctx.input("Predict"), ctx.input("Label").reshape(-1)
+    ``(k + 1) * buckets + 1`` entries), and the AUC is over those k batches. LoD-aware: of a LoD
+    or counted input (padded rows: docs/lod.md) only the real rows are counted."""
+    predict, label = ctx.input("Predict"), ctx.input("Label")
+    real = [v.row_count().astype(jnp.int32) for v in (predict, label) if isinstance(v, LoDValue)]
+    predict = predict.data if isinstance(predict, LoDValue) else predict
+    label = (label.data if isinstance(label, LoDValue) else label).reshape(-1)
     stat_pos, stat_neg = ctx.input("StatPos"), ctx.input("StatNeg")
     n, steps = int(ctx.attr("num_thresholds")), int(ctx.attr("slide_steps"))
     buckets = n + 1
+    rows = min(predict.shape[0], label.shape[0])
+    predict, label = predict[:rows], label[:rows]
     bins = (predict[:, -1] * jnp.asarray(n, predict.dtype)).astype(jnp.int32)  # in its dtype, as the kernel
+    if real:                      # padded rows (a bucket) past the real count take no part
+        total = real[0] if len(real) == 1 else jnp.minimum(real[0], real[1])
+        bins = jnp.where(jnp.arange(rows) < total, bins, buckets)        # out of range: dropped
     batch_pos = jnp.zeros(buckets, jnp.int64).at[bins].add((label > 0).astype(jnp.int64), mode="drop")
     batch_neg = jnp.zeros(buckets, jnp.int64).at[bins].add((label == 0).astype(jnp.int64), mode="drop")
     pos, neg = stat_pos.reshape(-1).astype(jnp.int64), stat_neg.reshape(-1).astype(jnp.int64)
@@ -280,6 +289,9 @@ def auc(ctx):
         area = _area_under_roc(pos[total:total + buckets], neg[total:total + buckets])
     return {"AUC": area, "StatPosOut": pos.reshape(stat_pos.shape).astype(stat_pos.dtype),
             "StatNegOut": neg.reshape(stat_neg.shape).astype(stat_neg.dtype)}
+
+
+lod_aware("auc")
 
 
 # -- Fluid 1.x's pointwise and ranking losses ---------------------------------------------------------
