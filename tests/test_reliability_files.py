@@ -633,6 +633,36 @@ def test_ctrl_c_just_as_a_save_takes_the_directory_lock_does_not_keep_it(tmp_pat
     assert _key(_state(main, loaded)) == _key(_state(main, scope))
 
 
+def test_ctrl_c_just_as_the_directory_lock_is_handed_back_does_not_keep_it(tmp_path, monkeypatch):
+    """A Ctrl-C handled just as the function that took the directory's lock returned, before its
+    caller stored the descriptor: the lock stayed held for the process's life (the dense soak's
+    save thread and main thread both waited for it). The descriptor is now stored where the lock
+    is taken, so the interrupted save's clean-up closes it."""
+    from fluidjax.frontend.io import atomic
+
+    main, exe, scope = _trained(tmp_path)
+    real_lock_dir = atomic._lock_dir
+    calls = []
+
+    def lock_then_ctrl_c(*args):
+        got = real_lock_dir(*args)
+        if not calls:
+            calls.append(args)
+            raise KeyboardInterrupt("as the lock was handed back")
+        return got
+
+    monkeypatch.setattr(atomic, "_lock_dir", lock_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        fio.save_persistables(exe, str(tmp_path / "ckpt"), main_program=main, scope=scope)
+    assert calls
+    done = []
+    saver = threading.Thread(target=lambda: done.append(
+        fio.save_persistables(exe, str(tmp_path / "ckpt"), main_program=main, scope=scope)), daemon=True)
+    saver.start()
+    saver.join(30)
+    assert done, "a save after the interrupted one waits for the directory's lock forever"
+
+
 def test_ctrl_c_just_after_a_temporary_is_registered_leaves_no_stray(tmp_path, monkeypatch):
     """A Ctrl-C handled just after a new temporary's name was registered as this process's: nobody
     forgot it, and a live process's temporaries are never removed, so it stayed beside the

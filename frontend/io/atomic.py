@@ -120,26 +120,30 @@ def fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def _lock_dir(folder: str) -> int | None:
-    """An exclusive ``flock`` of ``folder`` (None where there is none: no fcntl, or a filesystem
-    without locks). Released by closing the descriptor."""
+def _lock_dir(folder: str, owner) -> None:
+    """Take an exclusive ``flock`` of ``folder`` into ``owner._lock_fd`` (left None where there is
+    none: no fcntl, or a filesystem without locks). Released by closing the descriptor.
+
+    The descriptor is stored on ``owner`` inside the same ``try`` that takes the lock: returned to
+    the caller to store, a Ctrl-C landing between the return and the store left it open and locked
+    for the process's life, and every later save into the folder, from any thread, waited for it
+    (the dense soak hung so, its save thread and main thread both in this function)."""
     try:
         import fcntl
     except ImportError:          # pragma: no cover - not POSIX
-        return None
+        return
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        owner._lock_fd = fd      # (no call between the lock and the store: nothing can raise here)
     except OSError:
         os.close(fd)
-        return None
     except BaseException:
         # Ctrl-C while waiting for the lock, or just as it was taken: a descriptor left open here
-        # would hold the lock until the process ends, and every later save into the folder (from
-        # any thread) would wait for it forever.
-        os.close(fd)
+        # would hold the lock until the process ends.
+        if owner._lock_fd != fd:
+            os.close(fd)
         raise
-    return fd
 
 
 def _alive(pid: int, tmp: str) -> bool:
@@ -348,7 +352,7 @@ class AtomicFiles:
         if self._root is None:
             return
         os.makedirs(self._root, exist_ok=True)
-        self._lock_fd = _lock_dir(self._root)
+        _lock_dir(self._root, self)       # sets self._lock_fd (closed by _finish)
         _roll_forward(self._root)
 
     def _clean(self, folder: str) -> None:
