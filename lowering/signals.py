@@ -37,6 +37,27 @@ def _record(signum, frame) -> None:
     _pending.append((signum, frame))
 
 
+def _deliver() -> None:
+    """Run the handlers of the recorded signals, in the order they came. As Python runs every
+    tripped signal's handler, one that raises does not hold the others back to a later window
+    (two Ctrl-Cs in one run once gave a KeyboardInterrupt at its end and another at the end of the
+    next run): they run too, and an exception one of them raises replaces the first, chained to it."""
+    while _pending:
+        try:
+            signum, frame = _pending.pop(0)
+        except IndexError:    # a handler delivered here ran a deferred window of its own,
+            return            # which delivered the rest
+        handler = _getsignal(signum)
+        try:
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+        except BaseException:
+            _deliver()
+            raise
+
+
 def _restore() -> None:
     """Put the saved handlers back (the last swapped first). The caller sets ``_depth`` to 0 itself,
     inline, before calling: Python runs pending signal handlers on entering a function, and one
@@ -98,16 +119,8 @@ class deferred_signals:
             return
         _depth[0] = 0             # first, inline: see _restore
         _restore()
-        while _pending:
-            try:
-                signum, frame = _pending.pop(0)
-            except IndexError:    # a handler delivered here ran a deferred window of its own,
-                break             # which delivered the rest
-            handler = _getsignal(signum)
-            if callable(handler):
-                handler(signum, frame)
-            elif handler == signal.SIG_DFL and signum == signal.SIGINT:
-                raise KeyboardInterrupt
+        if _pending:
+            _deliver()
 
 
 def thread_map(fn, items, workers: int) -> list:

@@ -82,3 +82,81 @@ def test_a_storm_of_raising_handlers_never_leaves_a_window_open_or_undeferred(tm
     # The storm did what it is for: many windows, many of them interrupted (at their opening,
     # or by the delivery of the signals they deferred).
     assert counts["windows"] >= 20000 and counts["interrupted windows"] >= 1000, counts
+
+
+def _with_handlers(handlers: dict, body):
+    """Run ``body()`` with ``handlers`` (signal number -> handler) installed; restored after."""
+    import signal
+
+    previous = {s: signal.signal(s, h) for s, h in handlers.items()}
+    try:
+        return body()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def test_two_ctrl_cs_in_a_window_both_run_at_its_exit_and_none_is_left_over():
+    """Two Ctrl-Cs inside one window: both handlers run at its exit (the second while the first's
+    KeyboardInterrupt is handled, so one exception leaves the window, chained to the other), and
+    none waits for the next window (which once ended a later, unrelated run with a
+    KeyboardInterrupt)."""
+    import signal
+
+    from fluidjax.lowering import signals as sg
+
+    calls = []
+
+    def on_sigint(signum, frame):
+        calls.append(signum)
+        raise KeyboardInterrupt("one")
+
+    def body():
+        raised = []
+        try:
+            with sg.deferred_signals():
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt as exc:
+            raised.append(exc)
+        with sg.deferred_signals():        # the next window: nothing of the first is left
+            pass
+        return raised
+
+    raised = _with_handlers({signal.SIGINT: on_sigint}, body)
+    assert len(raised) == 1 and isinstance(raised[0].__context__, KeyboardInterrupt)
+    assert calls == [signal.SIGINT, signal.SIGINT] and not sg._pending
+
+
+def test_every_recorded_handler_runs_at_the_exit_even_when_one_raises():
+    """A timer's signal and a Ctrl-C recorded in one window: both handlers run at its exit, in the
+    order the signals came; the Ctrl-C's exception carries the timer's as its context, as Python
+    chains an exception raised while another is handled."""
+    import signal
+
+    from fluidjax.lowering import signals as sg
+
+    order = []
+
+    def on_alarm(signum, frame):
+        order.append("alarm")
+        raise RuntimeError("timer")
+
+    def on_sigint(signum, frame):
+        order.append("sigint")
+        raise KeyboardInterrupt("ctrl-c")
+
+    def body():
+        try:
+            with sg.deferred_signals():
+                signal.raise_signal(signal.SIGALRM)
+                signal.raise_signal(signal.SIGINT)
+                order.append("window")
+        except KeyboardInterrupt as exc:
+            return exc
+        return None
+
+    exc = _with_handlers({signal.SIGINT: on_sigint, signal.SIGALRM: on_alarm}, body)
+    assert order == ["window", "alarm", "sigint"]
+    assert isinstance(exc, KeyboardInterrupt) and isinstance(exc.__context__, RuntimeError)
+    assert not sg._pending
