@@ -487,9 +487,9 @@ def main_() -> int:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_alarm)
         signal.signal(signal.SIGINT, previous)
-        # Signals a window recorded after its first delivered handler raised wait for the next
-        # window's exit (docs/reliability.md): the soak's last ones must not reach the replay,
-        # which runs with the default handlers.
+        # A window's recorded signals are all delivered at its exit (docs/reliability.md); one
+        # landing while that delivery itself is interrupted could still wait for the next window:
+        # the soak's last ones must not reach the replay, which runs with the default handlers.
         from fluidjax.lowering import signals as _signals
         _signals._pending.clear()
         firer.stop()
