@@ -214,8 +214,15 @@ def _grouped_conv(x, w, strides, pads, dil, last: bool, groups: int, lhs_dil=(1,
                                         rhs_dilation=dil, dimension_numbers=_dimension_numbers(last),
                                         feature_group_count=groups)
 
+    return _own_filter_grad(conv, lambda x_, dy, w_shape: _grouped_filter_grad(
+        x_, dy, w_shape, strides, pads, dil, last, groups, lhs_dil))(x, w)
+
+
+def _own_filter_grad(conv, filter_grad):
+    """``conv(x, w)`` with its filter gradient from ``filter_grad(x, dy, w.shape)`` (custom_vjp):
+    the forward and the input's gradient stay ``conv``'s (XLA's convolution)."""
     @jax.custom_vjp
-    def grouped(x_, w_):
+    def convolve(x_, w_):
         return conv(x_, w_)
 
     def forward(x_, w_):
@@ -224,11 +231,10 @@ def _grouped_conv(x, w, strides, pads, dil, last: bool, groups: int, lhs_dil=(1,
     def backward(res, dy):
         x_, w_ = res
         dx, = jax.vjp(lambda a: conv(a, w_), x_)[1](dy)
-        dw = _grouped_filter_grad(x_, dy, w_.shape, strides, pads, dil, last, groups, lhs_dil)
-        return dx, dw.astype(w_.dtype)
+        return dx, filter_grad(x_, dy, w_.shape).astype(w_.dtype)
 
-    grouped.defvjp(forward, backward)
-    return grouped(x, w)
+    convolve.defvjp(forward, backward)
+    return convolve
 
 
 _PATCH_LIMIT = 32      # kh·kw·channels up to which a channel-last conv runs as patches × filter
@@ -365,21 +371,8 @@ def _transposed_conv(x, w, strides, pads, dil, out, last: bool, groups: int):
                                         rhs_dilation=dil, dimension_numbers=_dimension_numbers(last),
                                         feature_group_count=groups)
 
-    @jax.custom_vjp
-    def transposed(x_, w_):
-        return conv(x_, w_)
-
-    def forward(x_, w_):
-        return conv(x_, w_), (x_, w_)
-
-    def backward(res, dy):
-        x_, w_ = res
-        dx, = jax.vjp(lambda a: conv(a, w_), x_)[1](dy)
-        dw = _transposed_filter_grad(x_, dy, w_.shape, strides, pads, dil, last, groups)
-        return dx, dw.astype(w_.dtype)
-
-    transposed.defvjp(forward, backward)
-    return transposed(x, w)
+    return _own_filter_grad(conv, lambda x_, dy, w_shape: _transposed_filter_grad(
+        x_, dy, w_shape, strides, pads, dil, last, groups))(x, w)
 
 
 def _transposed_filter_grad(x, dy, w_shape, strides, pads, dil, last: bool, groups: int):
