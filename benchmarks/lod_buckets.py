@@ -15,6 +15,14 @@ the positions and labels feeds change their first dim every batch with no LoD fe
 Compile counts off and on, and the largest loss / gradient difference.
 
     python benchmarks/lod_buckets.py [--batches 40] [--max-seqs 16] [--max-len 6]
+
+``--row-buckets`` (``FLAGS_lod_row_buckets``, ``docs/lod.md``, "Finer row buckets"): instead,
+``--batches`` (default 200 here) batches of 32 and of 64 sequences of uniform lengths 10..200 (the
+book's sentiment reader): how many distinct row counts each value of the flag gives (the rule,
+``lod_value.row_bucket``), the padding rows it leaves, and the compilations a small sequence
+model (embedding -> fc -> sum pool -> fc -> loss, backward) really makes over them.
+
+    python benchmarks/lod_buckets.py --row-buckets [--batches 200]
 """
 
 from __future__ import annotations
@@ -131,12 +139,57 @@ def masked_epoch(flag, data):
         return exe.trace_count - before, time.perf_counter() - start, results
 
 
+# -- finer row buckets (FLAGS_lod_row_buckets) --------------------------------------------------------
+def row_bucket_epochs(n_batches: int) -> None:
+    from fluidjax.lowering.lod_value import row_bucket
+
+    main, startup = fj.Program(), fj.Program()
+    main.random_seed = startup.random_seed = 7
+    with fj.program_guard(main, startup):
+        words = layer.data("words", shape=[1], dtype="int64", lod_level=1)
+        label = layer.data("label", shape=[1], dtype="int64")
+        hidden = layer.fc(layer.embedding(words, size=[VOCAB, EMB]), size=8, act="tanh")
+        logits = layer.fc(layer.sequence_pool(hidden, "sum"), size=CLASSES)
+        avg = layer.mean(layer.softmax_with_cross_entropy(logits, label))
+        fj.append_backward(avg)
+    for batch in (32, 64):
+        rng = np.random.default_rng(batch)
+        data = []
+        for _ in range(n_batches):
+            lengths = rng.integers(10, 201, batch).tolist()
+            data.append((lengths, rng.integers(0, VOCAB, (sum(lengths), 1)).astype(np.int64),
+                         rng.integers(0, CLASSES, (batch, 1)).astype(np.int64)))
+        rows = np.asarray([sum(b[0]) for b in data])
+        print(f"batch {batch}: {n_batches} batches, real rows {rows.min()}..{rows.max()} (mean {rows.mean():.0f})")
+        losses = {}
+        for k in (1, 2, 4, 8):
+            padded = np.asarray([row_bucket(int(n), k) for n in rows])
+            line = (f"  FLAGS_lod_row_buckets={k}: {len(set(padded.tolist()))} distinct row counts "
+                    f"{sorted(set(padded.tolist()))}, padding {100 * (padded / rows - 1).mean():.1f}% of the real rows")
+            if k in (1, 8):
+                fj.set_flags({"FLAGS_lod_row_buckets": k})
+                exe, scope = fj.Executor(), fj.Scope()
+                exe.run(startup, scope=scope)
+                before = exe.trace_count
+                losses[k] = [float(exe.run(main, feed={"words": fj.create_lod_tensor(ids, [lengths]), "label": lab},
+                                           fetch_list=[avg], scope=scope)[0]) for lengths, ids, lab in data]
+                line += f"; {exe.trace_count - before} compilations"
+            print(line)
+        fj.set_flags({"FLAGS_lod_row_buckets": 1})
+        print(f"  losses, 8 vs 1: max |diff| {max(abs(a - b) for a, b in zip(losses[1], losses[8])):.1e}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--batches", type=int, default=None)
     parser.add_argument("--max-seqs", type=int, default=16)
     parser.add_argument("--max-len", type=int, default=6)
+    parser.add_argument("--row-buckets", action="store_true", help="FLAGS_lod_row_buckets' compile counts instead")
     args = parser.parse_args()
+    if args.row_buckets:
+        row_bucket_epochs(args.batches or 200)
+        return
+    args.batches = args.batches or 40
     data = batches(args.batches, args.max_seqs, args.max_len)
     print(f"{args.batches} batches, {len({len(b[0]) for b in data})} distinct sequence counts")
     off = epoch(False, data)

@@ -36,6 +36,14 @@ sequence to the same bucket as counted rows, and a dense feed whose first dim ke
 compiles once per bucket instead of once per sequence count; a step with an op that would not
 honour the padding keeps the exact sizes (``docs/lod.md``, "Bucketing the sequence count").
 
+``FLAGS_lod_row_buckets`` (default 1; fluidjax's own flag) is how many row counts each octave of
+a fed LoD value's rows is split into: 1 pads the rows to the next power of two; ``k`` rounds real
+rows in (``2**m``, ``2**(m+1)``] up to the next of ``k`` even steps (a multiple of ``2**m / k`` for
+``k`` a power of two; rows above
+``lod_value.FINE_ROWS_FROM`` = 1024 only), so row-wise ops (fc, activations, their gradients)
+compute on at most ``1/k`` of an octave of padding, at the price of up to ``k`` times the
+compilations (``docs/lod.md``, "Finer row buckets"). Offsets and results are unchanged.
+
 ``FLAGS_fast_run`` (default on; fluidjax's own flag) lets a run that repeats the last one's
 program, scope, feed and fetch signature take the prepared fast path (``Executor._run_fast``;
 ``docs/reliability.md``, "The per-run floor"); off, every run takes the general path.
@@ -50,7 +58,7 @@ from typing import Any, Iterable, Mapping
 
 _DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False,
              "FLAGS_max_array_room": 1 << 20, "FLAGS_max_while_iterations": 0,
-             "FLAGS_bucket_sequences": True, "FLAGS_fast_run": True}
+             "FLAGS_bucket_sequences": True, "FLAGS_fast_run": True, "FLAGS_lod_row_buckets": 1}
 # Counts where 0 means "no bound" (the other integer flags are positive sizes).
 _COUNTS = frozenset({"FLAGS_max_while_iterations"})
 _TRUE = {"1", "true", "yes", "on"}
@@ -94,16 +102,20 @@ max_while_iterations: int = 0
 bucket_sequences: bool = True
 # FLAGS_fast_run: whether a repeated exe.run may take the prepared fast path (Executor._run_fast).
 fast_run: bool = True
+# FLAGS_lod_row_buckets: read by every LoD feed (lod_value.row_bucket).
+lod_row_buckets: int = 1
 
 
 def _refresh() -> None:
     global mode, fetch_0d_as_1d, max_array_room, max_while_iterations, bucket_sequences, fast_run
+    global lod_row_buckets
     mode = (_values["FLAGS_check_nan_inf"], _values["FLAGS_check_index"])
     fetch_0d_as_1d = _values["FLAGS_fetch_0d_as_1d"]
     max_array_room = _values["FLAGS_max_array_room"]
     max_while_iterations = _values["FLAGS_max_while_iterations"]
     bucket_sequences = _values["FLAGS_bucket_sequences"]
     fast_run = _values["FLAGS_fast_run"]
+    lod_row_buckets = _values["FLAGS_lod_row_buckets"]
 
 
 def set_flags(flags: Mapping[str, Any]) -> None:
