@@ -25,6 +25,11 @@ configuration's median over rounds with the spread of the rounds, Paddle/fluidja
 fluidjax ragged/fixed:
 
     python benchmarks/sequence.py --alone [--batches 32,64] [--rounds 3] [--steps 10] [--optimizer sgd] [--before]
+        [--row-buckets 1,8] [--no-fixed] [--no-paddle]
+
+``--row-buckets 1,8``: one fluidjax ragged side per ``FLAGS_lod_row_buckets`` value (the rows of a
+LoD feed padded to a power of two, or to eighths of an octave), their ratio printed too. Every
+side runs each of its batches once before timing (a finer row bucket compiles per bucket).
 """
 
 from __future__ import annotations
@@ -291,8 +296,9 @@ def _build_lstm(optimizer: str):
     return main, startup, m, forward
 
 
-def _child(side: str, batch: int, shape: str, steps: int, optimizer: str, workdir: str) -> None:
-    """One side, alone in this process: prints 'LOSSES l1 l2' then 'MS median'."""
+def _child(side: str, batch: int, shape: str, steps: int, optimizer: str, workdir: str, row_buckets: int = 1) -> None:
+    """One side, alone in this process: prints 'LOSSES l1 l2', 'MS median' and 'CPU median' (process
+    CPU time per step, ms); fluidjax with ``FLAGS_lod_row_buckets`` = ``row_buckets``."""
     import statistics
     import time
 
@@ -302,6 +308,7 @@ def _child(side: str, batch: int, shape: str, steps: int, optimizer: str, workdi
         from fluidjax.lowering.ops import recurrent_lod
 
         recurrent_lod.RAGGED = side != "fluidjax-padded"     # the padded loop the ragged one replaced
+        fj.set_flags({"FLAGS_lod_row_buckets": row_buckets})
 
         main, startup, m, _ = _build_lstm(optimizer)
         exe, scope = fj.Executor(), fj.Scope()
@@ -340,21 +347,26 @@ def _child(side: str, batch: int, shape: str, steps: int, optimizer: str, workdi
                 return exe.run(prog, feed={"words": words, "label": labels}, fetch_list=[loss_name])[0]
     losses = [float(np.asarray(step(*b)).reshape(-1)[0]) for b in data[:2]]
     print("LOSSES", *losses, flush=True)
-    for b in data[2:4]:
+    for b in data[2:]:                 # every batch once: finer row buckets compile per bucket
         step(*b)
-    times = []
+    times, cpu = [], []
     for i in range(steps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         np.asarray(step(*data[i % len(data)]))
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     print("MS", statistics.median(times) * 1e3, flush=True)
+    print("CPU", statistics.median(cpu) * 1e3, flush=True)
 
 
-def alone(batches: list[int], rounds: int, steps: int, optimizer: str, before: bool = False) -> None:
+def alone(batches: list[int], rounds: int, steps: int, optimizer: str, before: bool = False,
+          row_buckets: tuple[int, ...] = (1,), fixed: bool = True, paddle: bool = True) -> None:
     """Every (side, batch, lengths) alone in its own process, the sides alternating round by round;
-    prints the per-round medians, their spread, and the ratios Paddle/fluidjax (ragged) and
-    fluidjax ragged / fluidjax fixed (equal lengths, the same tokens); with ``before`` also fluidjax
-    with the padded loop (``recurrent_lod.RAGGED = False``) on the ragged batches."""
+    prints the per-round medians (wall and process CPU time), their spread, and the ratios
+    Paddle/fluidjax (ragged) and fluidjax ragged / fluidjax fixed (equal lengths, the same tokens);
+    with ``before`` also fluidjax with the padded loop (``recurrent_lod.RAGGED = False``) on the
+    ragged batches; one fluidjax ragged side per ``row_buckets`` value (``FLAGS_lod_row_buckets``),
+    the ratios against each."""
     import subprocess
     import tempfile
 
@@ -373,39 +385,56 @@ def alone(batches: list[int], rounds: int, steps: int, optimizer: str, before: b
             f.write(forward)
         with open(os.path.join(workdir, "loss.txt"), "w") as f:
             f.write(m.loss.name)
-        runs = [("paddle", "ragged"), ("fluidjax", "ragged"), ("fluidjax", "fixed")]
+        runs = [("paddle", "ragged", 1)] if paddle else []
+        runs += [("fluidjax", "ragged", k) for k in row_buckets]
+        if fixed:
+            runs.append(("fluidjax", "fixed", row_buckets[0]))
         if before:
-            runs.append(("fluidjax-padded", "ragged"))
+            runs.append(("fluidjax-padded", "ragged", 1))
         for batch in batches:
             ms = {r: [] for r in runs}
+            cpu = {r: [] for r in runs}
             losses = {}
             for k in range(rounds):
                 order = runs[k % len(runs):] + runs[:k % len(runs)]
-                for side, shape in order:
+                for side, shape, rb in order:
                     cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--batch", str(batch),
-                           "--shape", shape, "--steps", str(steps), "--optimizer", optimizer, "--workdir", workdir]
+                           "--shape", shape, "--steps", str(steps), "--optimizer", optimizer, "--workdir", workdir,
+                           "--row-buckets", str(rb)]
                     out = subprocess.run(cmd, capture_output=True, text=True)
                     if out.returncode:
                         raise RuntimeError(f"{side} {shape} failed:\n{out.stderr[-3000:]}")
                     for line in out.stdout.splitlines():
                         if line.startswith("LOSSES"):
-                            losses[(side, shape)] = [float(v) for v in line.split()[1:]]
+                            losses[(side, shape, rb)] = [float(v) for v in line.split()[1:]]
                         if line.startswith("MS"):
-                            ms[(side, shape)].append(float(line.split()[1]))
-            np.testing.assert_allclose(losses[("fluidjax", "ragged")], losses[("paddle", "ragged")], rtol=1e-4)
-            med = {r: float(np.median(v)) for r, v in ms.items()}
+                            ms[(side, shape, rb)].append(float(line.split()[1]))
+                        if line.startswith("CPU"):
+                            cpu[(side, shape, rb)].append(float(line.split()[1]))
+            ragged = [r for r in runs if r[0] == "fluidjax" and r[1] == "ragged"]
+            for r in ragged[1:]:
+                np.testing.assert_allclose(losses[r], losses[ragged[0]], rtol=1e-6)
+            if paddle:
+                np.testing.assert_allclose(losses[ragged[0]], losses[runs[0]], rtol=1e-4)
             for r in runs:
-                print(f"batch {batch} {r[0]:>8} {r[1]:>6}: median {med[r]:7.1f} ms  (rounds {min(ms[r]):.1f}..{max(ms[r]):.1f})"
-                      f"  first losses {losses[r]}")
-            per_round = [p / f for p, f in zip(ms[("paddle", "ragged")], ms[("fluidjax", "ragged")])]
-            own = [a / b for a, b in zip(ms[("fluidjax", "ragged")], ms[("fluidjax", "fixed")])]
-            print(f"batch {batch}: Paddle/fluidjax (ragged) {med[runs[0]] / med[runs[1]]:.2f} "
-                  f"(rounds {min(per_round):.2f}..{max(per_round):.2f}); fluidjax ragged/fixed "
-                  f"{med[runs[1]] / med[runs[2]]:.2f} (rounds {min(own):.2f}..{max(own):.2f})")
+                print(f"batch {batch} {r[0]:>8} {r[1]:>6} rows/oct {r[2]}: wall {np.median(ms[r]):7.1f} ms "
+                      f"({min(ms[r]):.1f}..{max(ms[r]):.1f}), cpu {np.median(cpu[r]):7.1f} ms "
+                      f"({min(cpu[r]):.1f}..{max(cpu[r]):.1f})  first losses {losses[r]}")
+
+            def ratio(num, den, what):
+                for name, t in (("wall", ms), ("cpu", cpu)):
+                    per = [a / b for a, b in zip(t[num], t[den])]
+                    print(f"batch {batch}: {what} {name} {np.median(t[num]) / np.median(t[den]):.2f} "
+                          f"(rounds {min(per):.2f}..{max(per):.2f})")
+            for r in ragged:
+                if paddle:
+                    ratio(runs[0], r, f"Paddle/fluidjax (ragged, rows/oct {r[2]})")
+                if r is not ragged[0]:
+                    ratio(ragged[0], r, f"fluidjax rows/oct {ragged[0][2]} / rows/oct {r[2]}")
+            if fixed:
+                ratio(ragged[0], ("fluidjax", "fixed", row_buckets[0]), "fluidjax ragged/fixed")
             if before:
-                gain = [a / b for a, b in zip(ms[runs[3]], ms[runs[1]])]
-                print(f"batch {batch}: fluidjax padded loop / ragged {med[runs[3]] / med[runs[1]]:.2f} "
-                      f"(rounds {min(gain):.2f}..{max(gain):.2f})")
+                ratio(runs[-1], ragged[0], "fluidjax padded loop / ragged")
 
 
 def main(argv=None) -> None:
@@ -419,16 +448,22 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="--alone: alternating rounds")
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"], help="--alone: the optimizer")
     parser.add_argument("--before", action="store_true", help="--alone: also fluidjax with the padded loop")
+    parser.add_argument("--row-buckets", default="1",
+                        help="--alone: FLAGS_lod_row_buckets values, one fluidjax ragged side each (e.g. 1,8)")
+    parser.add_argument("--no-fixed", action="store_true", help="--alone: skip fluidjax at equal lengths")
+    parser.add_argument("--no-paddle", action="store_true", help="--alone: skip Paddle")
     parser.add_argument("--child", choices=["fluidjax", "fluidjax-padded", "paddle"], help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=BATCH, help=argparse.SUPPRESS)
     parser.add_argument("--shape", default="ragged", choices=["ragged", "fixed"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.child, args.batch, args.shape, args.steps, args.optimizer, args.workdir)
+        _child(args.child, args.batch, args.shape, args.steps, args.optimizer, args.workdir,
+               int(args.row_buckets))
         return
     if args.alone:
-        alone([int(b) for b in args.batches.split(",")], args.rounds, args.steps, args.optimizer, args.before)
+        alone([int(b) for b in args.batches.split(",")], args.rounds, args.steps, args.optimizer, args.before,
+              tuple(int(k) for k in args.row_buckets.split(",")), not args.no_fixed, not args.no_paddle)
         return
     import jax
 
