@@ -229,7 +229,8 @@ def main() -> None:
     parser.add_argument("--merge", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--configs", default=",".join(CONFIGS) + ",jax,jax_remat,jax_bf16")
+    parser.add_argument("--configs", default=",".join(CONFIGS) + ",jax,jax_remat,jax_bf16",
+                        help="comma-separated; a fluidjax configuration + '_unpacked': FLAGS_pack_small_state off")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the device's peak (dense bf16) TFLOP/s: adds model FLOPs utilization (MFU)")
@@ -256,12 +257,17 @@ def main() -> None:
             step, figs, feeds = jax_runner(cfg, params, names, **JAX_CONFIGS[name])
             merge = 1
         else:
-            recompute, merge, amp = CONFIGS[name]
+            # "<config>_unpacked": the step made with FLAGS_pack_small_state off (its one-element
+            # state, Adam's beta powers, one argument each: lowering/packed_state.py)
+            unpacked = name.endswith("_unpacked")
+            recompute, merge, amp = CONFIGS[name[:-len("_unpacked")] if unpacked else name]
             merge = merge or cfg.merge
+            fj.set_flags({"FLAGS_pack_small_state": not unpacked})    # read when its plans are made
             step, figs, p, feeds = fluidjax_runner(cfg, recompute, merge, amp)
             params = params or p
             names = names or list(p)
         losses[name] = float(step(feeds[0]))          # compiles (and is the warm-up's first step)
+        fj.set_flags({"FLAGS_pack_small_state": True})
         runners[name] = (step, feeds)
         figures[name] = figs
         runs_per_update[name] = merge

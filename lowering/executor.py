@@ -44,7 +44,7 @@ from .lower import ops_with_sub_blocks, run_ops
 from .parallel import CompiledProgram
 from .places import Place
 from .fetched import fetched_array
-from . import compiled_models
+from . import compiled_models, packed_state
 from .scope import Scope, global_scope, state_lock
 from .signals import deferred_signals
 
@@ -160,6 +160,12 @@ class _Plan:
     fast: tuple | None = None
     fast_dims: tuple = ()
     fast_shapes: Any = None
+    # One-element state packed into one array per dtype (lowering/packed_state.py): the packs, and
+    # the read-and-written / written state in the order the step takes and gives it, a pack's name
+    # in place of its members (the variables' own lists when nothing is packed).
+    packs: tuple = ()
+    bound_mutable: tuple[str, ...] = ()
+    bound_written: tuple[str, ...] = ()
 
 
 class Executor:
@@ -531,8 +537,8 @@ class Executor:
             if not oks.all():
                 failed = self._check_error(plan, oks, np.asarray(values))
                 tensors = self._written_tensors(plan, scope)
-                restored = set(plan.mutable_state)
-                for name, tensor, value in zip(plan.written_state, tensors, new_state):
+                restored = set(plan.bound_mutable)
+                for name, tensor, value in zip(plan.bound_written, tensors, new_state):
                     if name in restored:          # donated: the step selected the old value
                         tensor._value = value
                 if failed is _ROOMS_GROWN:
@@ -562,7 +568,7 @@ class Executor:
     def _step_error(self, plan: _Plan, args: tuple, exc: BaseException) -> BaseException | None:
         """The error to raise for ``exc``, raised by calling ``plan``'s step with ``args``: what was
         lost when XLA had freed the donated state, or that XLA ran out of memory; None: ``exc`` itself."""
-        lost = [n for n, v in zip(plan.mutable_state, args[0]) if isinstance(v, jax.Array) and v.is_deleted()]
+        lost = [n for n, v in zip(plan.bound_mutable, args[0]) if isinstance(v, jax.Array) and v.is_deleted()]
         oom = _out_of_memory(exc)
         if lost:
             return (ResourceExhaustedError if oom else OpRuntimeError)(
@@ -710,7 +716,9 @@ class Executor:
         run says the variable has no value instead of failing inside XLA)."""
         lost = []
         with _state_lock(scope):
-            for name, tensor in zip(plan.written_state, self._written_tensors(plan, scope)):
+            for name, tensor in zip(plan.bound_written, self._written_tensors(plan, scope)):
+                if packed_state.is_pack(name):
+                    name = ", ".join(tensor.spec.members)
                 value = tensor._value
                 if isinstance(value, jax.Array):
                     try:
@@ -917,6 +925,7 @@ class Executor:
                 plan.step = program._compile_step(self, plan)
             else:
                 plan = self._make_plan(program, feed_names, fetch_names)
+                _pack_state(plan)
                 # a loaded model's saved executables, when it has some for this plan (compiled_models.py)
                 plan.step = compiled_models.wrap_step(program, plan, self._compile(plan), self._device)
             # A program changed since its older plans were made: they can never run again, so
@@ -1022,6 +1031,7 @@ class Executor:
             effects=any(_journaled(op.type) for op in ops_with_sub_blocks(jit_ops)),
             reruns=has_bound_checks(ops_with_sub_blocks(jit_ops)),
         )
+        plan.bound_mutable, plan.bound_written = plan.mutable_state, plan.written_state
         plan.feed_specs = tuple((n, dtypes.to_numpy(var.dtype), var.shape, var, tuple(host_checks.get(n, ())),
                                  _fast_tail(var.shape), len(var.shape))
                                 for n, var in ((n, block.var(n)) for n in feed_names))
@@ -1074,6 +1084,9 @@ class Executor:
             plan.interruptible = False    # a step over several devices keeps its four arguments
             plan.effects = False          # (its prints and py_funcs act at once, unjournaled)
         step = step_function(plan, sharded, on_trace)
+        if plan.packs:
+            step = packed_state.packing_step(step, plan.mutable_state, plan.written_state, plan.bound_mutable,
+                                             plan.bound_written, list(plan.packs))
         plan.step_fn = step
         if sharded is None:
             # checked per feed shape (a startup program runs on the host; sharded steps span devices)
@@ -1147,8 +1160,12 @@ class Executor:
                         f"variable {name!r}{where} has no value in the scope: run the startup program "
                         "first, e.g. exe.run(fj.default_startup_program())")
                 found[name] = tensor
-            written = [(scope.find_var(n) or scope.var(n)).get_mutable(LoDTensor) for n in plan.written_state]
-            cached = ([found[n] for n in plan.mutable_state], [found[n] for n in plan.const_state], written)
+            written = {n: (scope.find_var(n) or scope.var(n)).get_mutable(LoDTensor) for n in plan.written_state}
+            for spec in plan.packs:     # one-element state held in one array (packed_state.py)
+                found[spec.name] = written[spec.name] = packed_state.bind_pack(
+                    scope, spec, [found[n] for n in spec.members], plan)
+            cached = ([found[n] for n in plan.bound_mutable], [found[n] for n in plan.const_state],
+                      [written[n] for n in plan.bound_written])
             with self._lock:
                 plan.tensor_cache[scope] = cached
         # The binding holds the scope's tensors: it goes when the scope does (a dropped scope's
@@ -1314,7 +1331,30 @@ def _declared_state(plan: _Plan, device=None) -> tuple[tuple, tuple]:
                 "does not fix its size: run the startup program first, e.g. exe.run(fj.default_startup_program())")
         return jax.ShapeDtypeStruct(tuple(var.shape), dtypes.to_numpy(var.dtype), sharding=placed.get(name, single))
 
-    return tuple(map(struct, plan.mutable_state)), tuple(map(struct, plan.const_state))
+    packs = {spec.name: spec for spec in plan.packs}
+
+    def bound(name):
+        spec = packs.get(name)
+        if spec is None:
+            return struct(name)
+        return jax.ShapeDtypeStruct((len(spec.members),), spec.dtype, sharding=single)
+
+    return tuple(map(bound, plan.bound_mutable)), tuple(map(struct, plan.const_state))
+
+
+def _pack_state(plan: _Plan) -> None:
+    """Pack ``plan``'s one-element read-and-written state (``FLAGS_pack_small_state``, on by
+    default; lowering/packed_state.py): fewer arguments and outputs, one kernel for their updates."""
+    if plan.on_host:
+        return
+    plan.bound_mutable, specs = packed_state.plan_packs(plan.program.global_block(), plan.mutable_state,
+                                                        flags.pack_small_state)
+    if not specs:
+        return
+    plan.packs = tuple(specs)
+    members = {n for spec in specs for n in spec.members}
+    n_mutable = len(plan.mutable_state)
+    plan.bound_written = plan.bound_mutable + tuple(n for n in plan.written_state[n_mutable:] if n not in members)
 
 
 def _journaled(op_type: str) -> bool:

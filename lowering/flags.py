@@ -48,6 +48,12 @@ compilations (``docs/lod.md``, "Finer row buckets"). Offsets and results are unc
 program, scope, feed and fetch signature take the prepared fast path (``Executor._run_fast``;
 ``docs/reliability.md``, "The per-run floor"); off, every run takes the general path.
 
+``FLAGS_pack_small_state`` (default on; fluidjax's own flag): a step holds its one-element
+read-and-written state (Adam's beta powers, AMP's loss-scaling counters) in one array per dtype,
+so it takes and gives one argument for them instead of one each (``lowering/packed_state.py``;
+``docs/training.md``). It applies to the plans made after it is set; the values in the scope are
+the same either way.
+
 The check flags are part of the compiled step's cache key: changing one recompiles on the next run.
 """
 
@@ -58,7 +64,8 @@ from typing import Any, Iterable, Mapping
 
 _DEFAULTS = {"FLAGS_check_nan_inf": False, "FLAGS_check_index": True, "FLAGS_fetch_0d_as_1d": False,
              "FLAGS_max_array_room": 1 << 20, "FLAGS_max_while_iterations": 0,
-             "FLAGS_bucket_sequences": True, "FLAGS_fast_run": True, "FLAGS_lod_row_buckets": 1}
+             "FLAGS_bucket_sequences": True, "FLAGS_fast_run": True, "FLAGS_pack_small_state": True,
+             "FLAGS_lod_row_buckets": 1}
 # Counts where 0 means "no bound" (the other integer flags are positive sizes).
 _COUNTS = frozenset({"FLAGS_max_while_iterations"})
 _TRUE = {"1", "true", "yes", "on"}
@@ -102,19 +109,22 @@ max_while_iterations: int = 0
 bucket_sequences: bool = True
 # FLAGS_fast_run: whether a repeated exe.run may take the prepared fast path (Executor._run_fast).
 fast_run: bool = True
+# FLAGS_pack_small_state: whether new plans pack their one-element state (lowering/packed_state.py).
+pack_small_state: bool = True
 # FLAGS_lod_row_buckets: read by every LoD feed (lod_value.row_bucket).
 lod_row_buckets: int = 1
 
 
 def _refresh() -> None:
     global mode, fetch_0d_as_1d, max_array_room, max_while_iterations, bucket_sequences, fast_run
-    global lod_row_buckets
+    global pack_small_state, lod_row_buckets
     mode = (_values["FLAGS_check_nan_inf"], _values["FLAGS_check_index"])
     fetch_0d_as_1d = _values["FLAGS_fetch_0d_as_1d"]
     max_array_room = _values["FLAGS_max_array_room"]
     max_while_iterations = _values["FLAGS_max_while_iterations"]
     bucket_sequences = _values["FLAGS_bucket_sequences"]
     fast_run = _values["FLAGS_fast_run"]
+    pack_small_state = _values["FLAGS_pack_small_state"]
     lod_row_buckets = _values["FLAGS_lod_row_buckets"]
 
 

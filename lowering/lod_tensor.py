@@ -192,6 +192,33 @@ class LoDTensor:
     # The state lock of the scope whose holder has this tensor (set by the holder; None when the
     # tensor is in no scope): numpy() reads take turns with runs on it.
     _state_lock = None
+    # The held array lives in _v, or, for a one-element state variable a step packs with others
+    # (lowering/packed_state.py), in its pack: _pack and _pack_index, read through _value.
+    _v = None
+    _pack = None
+    _pack_index = 0
+
+    @property
+    def _value(self) -> Any:
+        pack = self._pack
+        if pack is None:
+            return self._v
+        return pack.member_value(self._pack_index)
+
+    @_value.setter
+    def _value(self, value: Any) -> None:
+        pack = self._pack
+        if pack is not None:             # set from outside its pack: the pack is stale now
+            self._pack = None
+            pack.detach()
+        self._v = value
+
+    def _join_pack(self, pack, index: int) -> None:
+        """Hold the value as member ``index`` of ``pack`` (a packed_state.PackedState)."""
+        old = self._pack
+        if old is not None and old is not pack:
+            old.detach()
+        self._pack, self._pack_index, self._v = pack, index, None
 
     def __init__(self, value: Any = None, lod: Sequence[Sequence[int]] | None = None) -> None:
         self._value = None if value is None else self._as_array(value)
