@@ -298,7 +298,10 @@ class LoDTensor:
         return self._value
 
     def _is_initialized(self) -> bool:
-        return self._value is not None
+        pack = self._pack
+        if pack is not None:             # (without cutting the value out of the pack)
+            return pack._value is not None
+        return self._v is not None
 
     def _get_dims(self) -> list[int]:
         """Paddle's ``_get_dims()``: the dims as a list (``[0]`` when there are none, as Paddle's
