@@ -45,7 +45,8 @@ from ..ir.program import Operator, Program
 from ..lowering.lod_tensor import LoDTensor
 from ..lowering.scope import Scope, global_scope
 
-__all__ = ["fold_conv_bn", "to_nhwc", "filters_hwio", "optimize_inference", "recommended_xla_flags"]
+__all__ = ["fold_conv_bn", "to_nhwc", "filters_hwio", "per_sample_blocks", "optimize_inference",
+           "recommended_xla_flags"]
 
 _CONVS = ("conv2d", "depthwise_conv2d")
 _TO_NHWC, _TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
@@ -526,9 +527,121 @@ def _materialize(program: Program, scope: Scope, deferred: dict) -> None:
         _set_scope_array(scope, name, value)
 
 
+# -- per-sample blocks -----------------------------------------------------------------------------------
+def _filter_shape(op: Operator) -> tuple | None:
+    var = op.block.find_var(_single(op.input("Filter")) or "")
+    return tuple(var.shape) if var is not None and len(var.shape) == 4 else None
+
+
+def _pointwise_conv(op: Operator) -> tuple[int, int] | None:
+    """(in, out) channels of a channel-last 1×1 ``conv2d`` with stride 1, no padding, one group."""
+    shape = _filter_shape(op) if op.type == "conv2d" else None
+    if (shape is None or shape[2:] != (1, 1) or (op.attr("data_format") or "NCHW") != "NHWC"
+            or (op.attr("groups") or 1) != 1 or list(op.attr("strides") or [1, 1]) != [1, 1]
+            or any(op.attr("paddings") or []) or op.attr("padding_algorithm") == "SAME"):
+        return None
+    return shape[1], shape[0]
+
+
+def _depthwise(op: Operator) -> bool:
+    shape = _filter_shape(op) if op.type in _CONVS else None
+    return (shape is not None and shape[1] == 1 and (op.attr("groups") or 1) == shape[0] > 1
+            and (op.attr("data_format") or "NCHW") == "NHWC")
+
+
+def _bias_or_act(op: Operator, cur: str) -> bool:
+    if op.type in _POINTWISE:
+        return _single(op.input("X")) == cur and len(op.output_arg_names) == 1
+    if op.type == "elementwise_add" and _single(op.input("X")) == cur:
+        var = op.block.find_var(_single(op.input("Y")) or "")
+        return var is not None and len(var.shape) == 1 and op.attr("axis", -1) in (-1, 3)
+    return False
+
+
+def _expansion_chain(ops: list[Operator], start: int, readers, writers, keep) -> list[Operator] | None:
+    """The ops of an inverted-residual block starting at ``ops[start]``: a 1×1 expansion conv (at
+    least twice the channels), bias adds and activations, a depthwise conv, bias adds and
+    activations, a 1×1 projection conv (fewer channels), its bias add and a residual add of the
+    block's input; consecutive in the program, each intermediate read only by the next op."""
+    first = ops[start]
+    shape = _filter_shape(first) if first.type == "conv2d" else None
+    if (shape is None or (first.attr("groups") or 1) != 1 or (first.attr("data_format") or "NCHW") != "NHWC"
+            or (shape[2:] == (1, 1) and shape[0] < 2 * shape[1])):
+        return None                  # a 1x1 conv starts a block when it expands (at least 2x the channels)
+    x, cur = _single(first.input("Input")), _single(first.output("Output"))
+    if x is None or cur is None or not _is_image(first.block, x):
+        return None
+    chain, phase = [first], 0          # 0: expanded, 1: after the depthwise conv, 2: projected, 3: + residual
+    projected_bias = False
+    for op in ops[start + 1:]:
+        if cur in keep or writers[cur] != 1 or readers.get(cur, []) != [op]:
+            break
+        pointwise = _pointwise_conv(op)
+        if phase < 2 and _bias_or_act(op, cur):
+            out = _single(op.output_arg_names)
+        elif phase == 0 and _depthwise(op) and _single(op.input("Input")) == cur:
+            phase, out = 1, _single(op.output("Output"))
+        elif (phase == 1 and pointwise is not None and pointwise[1] < pointwise[0]
+              and _single(op.input("Input")) == cur):
+            phase, out = 2, _single(op.output("Output"))
+        elif phase == 2 and not projected_bias and op.type == "elementwise_add" and _bias_or_act(op, cur):
+            projected_bias, out = True, _single(op.output("Out"))
+        elif (phase == 2 and op.type == "elementwise_add" and op.attr("axis", -1) in (-1, 0)
+              and {_single(op.input("X")), _single(op.input("Y"))} == {cur, x} and cur != x):
+            phase, out = 3, _single(op.output("Out"))
+        else:
+            break
+        if out is None:
+            break
+        chain.append(op)
+        cur = out
+        if phase == 3:
+            break
+    return chain if phase >= 2 and writers[cur] == 1 else None
+
+
+def per_sample_blocks(program: Program, keep: Iterable[str] = ()) -> int:
+    """Run every channel-last inverted-residual block (1×1 expansion, depthwise, 1×1 projection:
+    MobileNetV2's) of the global block per chunk of the batch, in place; returns how many blocks.
+
+    Each block's ops move into a sub-block of a ``fluidjax_per_sample`` op, which runs it over
+    chunks of the batch (``lax.map``) so that its widest value (MobileNetV2 at batch 8: the
+    8×112×112×96 expansion, 38 MB) never exists for the whole batch at once. The op is fluidjax's
+    own: Paddle cannot run a program that holds one (``optimize_inference(per_sample=False)``
+    leaves it out). Only values read inside a block are hidden in it; names in ``keep`` stay out.
+    """
+    keep = set(keep)
+    block = program.global_block()
+    moved = 0
+    index = 0
+    while index < len(block.ops):
+        readers, writers = _readers(program), _writers(program)
+        chain = _expansion_chain(block.ops, index, readers, writers, keep)
+        if chain is None:
+            index += 1
+            continue
+        x = _single(chain[0].input("Input"))
+        out = chain[-1].output_arg_names[0]
+        made = {n for op in chain for n in op.output_arg_names}
+        params = list(dict.fromkeys(n for op in chain for n in op.input_arg_names if n not in made and n != x))
+        current = program.current_block().idx
+        sub = program.create_block(parent_idx=block.idx)
+        program._current_block_idx = current
+        for op in chain:
+            block.remove_op(block.ops.index(op))
+            sub.append_op(op.type, {k: list(v) for k, v in op.inputs.items()},
+                          {k: list(v) for k, v in op.outputs.items()},
+                          {k: v for k, v in op.attrs.items() if k != "op_callstack"}, infer_shape=False)
+        block.insert_op(index, "fluidjax_per_sample", {"X": [x], "Params": params}, {"Out": [out]},
+                        {"sub_block": sub.idx}, infer_shape=False)
+        moved += 1
+        index += 1
+    return moved
+
+
 # -- everything ------------------------------------------------------------------------------------------
 def optimize_inference(program: Program, scope: Scope | None = None, *, fold: bool = True,
-                       layout: str | None = "NHWC", keep: Iterable[str] = ()) -> Program:
+                       layout: str | None = "NHWC", keep: Iterable[str] = (), per_sample: bool = True) -> Program:
     """A copy of the inference ``program`` (a ``clone(for_test=True)`` or a loaded model) with
     conv+batch_norm folded (``fold``) and conv chains run in ``layout`` ("NHWC", or None to leave
     the layout alone) with HWIO filters. The folded and transposed parameters are written into
@@ -555,6 +668,8 @@ def optimize_inference(program: Program, scope: Scope | None = None, *, fold: bo
     if layout == "NHWC":
         to_nhwc(new, keep)
         filters_hwio(new, scope, keep, _deferred=deferred)
+        if per_sample:
+            per_sample_blocks(new, keep)
     _materialize(new, scope, deferred)
     return new
 

@@ -25,7 +25,7 @@ CUSTOM = [c for c in CASES if c.check is not None]
 FLUIDJAX_ONLY = {"fill_string", "cos_sim", "lstm_unit", "smooth_l1_loss", "margin_rank_loss", "sigmoid_focal_loss",
                 "space_to_depth", "pad_constant_like", "random_crop", "gaussian_random_batch_size_like", "lstmp",
                 "mean_iou", "target_assign", "center_loss", "filter_by_instag", "prroi_pool", "roi_perspective_transform",
-                "sample_logits"}
+                "sample_logits", "fluidjax_per_sample"}
 
 
 def _as_list(value):

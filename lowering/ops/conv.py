@@ -18,6 +18,7 @@ from jax import lax
 
 from ...ir.registry import Attr, op
 from ...ir.shape import InferShapeContext
+from ..lower import SubBlock
 
 
 _CHANNEL_LAST = ("NHWC",)
@@ -238,6 +239,17 @@ def _own_filter_grad(conv, filter_grad):
 
 
 _PATCH_LIMIT = 32      # kh·kw·channels up to which a channel-last conv runs as patches × filter
+# Output positions (batch·oh·ow) up to which a channel-last conv runs as patches × filter: on tiny
+# maps XLA's CPU convolution is slow (ResNet-18's 1×7×7×512 stage, 3×3: 3.0 ms of CPU as a
+# convolution, 2.2 ms as patches × filter; at batch 8 the model gained nothing: docs/inference.md).
+_SMALL_MAP = 64
+
+
+def _out_positions(x_shape, w_shape, strides, pads) -> int:
+    kh, kw = w_shape[2:]
+    oh = (x_shape[1] + pads[0][0] + pads[0][1] - kh) // strides[0] + 1
+    ow = (x_shape[2] + pads[1][0] + pads[1][1] - kw) // strides[1] + 1
+    return x_shape[0] * oh * ow
 
 
 def _conv(ctx):
@@ -254,7 +266,9 @@ def _conv(ctx):
     if _tiles(_spatial(x.shape, last), w.shape[2:], strides, dil, pads):
         return {"Output": _tiled_conv(x, w, strides, pads, groups, last)}
     if (groups == 1 and last and x.ndim == 4 and tuple(dil) == (1, 1) and w.shape[1] == x.shape[3]
-            and int(np.prod(w.shape[1:])) <= _PATCH_LIMIT and all(min(p) >= 0 for p in map(tuple, pads))):
+            and all(min(p) >= 0 for p in map(tuple, pads))
+            and (int(np.prod(w.shape[1:])) <= _PATCH_LIMIT
+                 or (int(np.prod(w.shape[2:])) > 1 and _out_positions(x.shape, w.shape, strides, pads) <= _SMALL_MAP))):
         return {"Output": _few_channels_by_dot(x, w, strides, pads)}
     if groups > 1 and x.ndim == 4:
         return {"Output": _grouped_conv(x, w, list(strides), [tuple(p) for p in pads], list(dil), last, groups)}
@@ -280,6 +294,61 @@ def conv2d(ctx):
 def depthwise_conv2d(ctx):
     """conv2d with ``groups`` equal to the input channels (each channel has its own filters)."""
     return _conv(ctx)
+
+
+# -- per-sample blocks -------------------------------------------------------------------------------
+# The widest value of a chunk: a ``fluidjax_per_sample`` block runs over chunks of the batch whose
+# widest intermediate holds at most this many bytes (docs/inference.md, "Per-sample blocks").
+PER_SAMPLE_CHUNK_BYTES = 4 << 20
+
+
+def _widest_sample_bytes(block) -> int | None:
+    """Bytes per sample of the widest value the ops of ``block`` write, from the declared shapes
+    (None when a non-batch dimension is unknown)."""
+    widest = 0
+    for o in block.ops:
+        for name in o.output_arg_names:
+            var = block.find_var(name) or block.program.global_block().find_var(name)
+            if var is None or len(var.shape) < 2 or any(d < 0 for d in var.shape[1:]):
+                return None
+            try:
+                itemsize = np.dtype(var.dtype).itemsize
+            except TypeError:
+                itemsize = 4
+            widest = max(widest, int(np.prod(var.shape[1:])) * itemsize)
+    return widest
+
+
+def _per_sample_shape(ctx: InferShapeContext) -> None:
+    """Out keeps the shape the sub-block's ops gave it."""
+
+
+@op("fluidjax_per_sample", inputs="X Params*?", outputs="Out", attrs={"sub_block": Attr("block", 0)},
+    infer_shape=_per_sample_shape, grad=None)
+def fluidjax_per_sample(ctx):
+    """fluidjax's own op (written by ``fj.passes.per_sample_blocks``, never by Paddle): sub-block
+    ``sub_block`` computes Out from the image X, each sample from itself (convolutions, bias adds,
+    activations), reading the parameters ``Params``. It runs over chunks of the batch (``lax.map``)
+    whose widest intermediate stays under :data:`PER_SAMPLE_CHUNK_BYTES`, so a wide expansion
+    (MobileNetV2's 1×1 → depthwise → 1×1 blocks) never exists for the whole batch at once; a batch
+    that fits in one chunk runs the block as it is. Results are the sub-block's, sample by sample."""
+    sub = SubBlock(ctx.op, ctx.attr("sub_block"), ctx.env)
+    x = ctx.input("X")
+    x_name, out_name = ctx.op.input("X")[0], ctx.op.output("Out")[0]
+    given = dict(zip(ctx.op.input("Params"), ctx.inputs("Params")))
+
+    def run(chunk):
+        return sub({**given, x_name: chunk})[out_name]
+
+    n = x.shape[0]
+    widest = _widest_sample_bytes(sub.block)
+    per_chunk = n if widest is None or widest == 0 else max(1, PER_SAMPLE_CHUNK_BYTES // widest)
+    while n % per_chunk:
+        per_chunk -= 1
+    if per_chunk >= n:
+        return {"Out": run(x)}
+    out = lax.map(run, x.reshape(n // per_chunk, per_chunk, *x.shape[1:]))
+    return {"Out": out.reshape(n, *out.shape[2:])}
 
 
 # -- transposed convolution ------------------------------------------------------------------------
