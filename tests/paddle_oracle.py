@@ -85,3 +85,19 @@ def run_both(fetch, feed: Mapping[str, np.ndarray], program=None):
     ours = exe.run(program, feed=feed, fetch_list=names)
     theirs = run(program.serialize(), feed, names, persistable_values(program))
     return ours, theirs
+
+
+def run_programs_both(main, startup, feed: Mapping[str, np.ndarray], fetch):
+    """Run ``startup`` then ``main`` in fluidjax (a fresh scope) and, serialized, in Paddle with the
+    same persistable values; return (ours, theirs) as NumPy arrays. ``fetch``: variables."""
+    import fluidjax as fj
+
+    exe, scope = fj.Executor(fj.CPUPlace()), fj.Scope()
+    exe.run(startup, scope=scope)
+    params = {v.name: np.asarray(scope.find_var(v.name).get_tensor()).copy()
+              for v in main.list_vars() if v.persistable and scope.find_var(v.name) is not None
+              and v.name not in ("feed", "fetch")}
+    names = [f.name for f in fetch]
+    ours = exe.run(main, feed=feed, fetch_list=names, scope=scope)
+    theirs = run(main.serialize(), feed, names, params)
+    return [np.asarray(o) for o in ours], theirs

@@ -21,16 +21,7 @@ def _programs():
     return main, startup
 
 
-def _run_both(main, startup, feed, fetch):
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    params = {v.name: np.asarray(scope.find_var(v.name).get_tensor()).copy()
-              for v in main.list_vars() if v.persistable and scope.find_var(v.name) is not None
-              and v.name not in ("feed", "fetch")}
-    names = [f.name for f in fetch]
-    ours = exe.run(main, feed=feed, fetch_list=names, scope=scope)
-    theirs = po.run(main.serialize(), feed, names, params)
-    return [np.asarray(o) for o in ours], theirs
+_run_both = po.run_programs_both
 
 
 # -- conv2d_transpose's filter gradient (Mask R-CNN's mask upsampling) ----------------------------

@@ -31,16 +31,7 @@ def _tiled(shape, filt, stride, padding, fmt):
     return conv_rules._tiles(spatial, filt, stride, [1] * n, [(p, p) for p in padding])
 
 
-def _run_both(main, startup, feed, fetch):
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    params = {v.name: np.asarray(scope.find_var(v.name).get_tensor()).copy()
-              for v in main.list_vars() if v.persistable and scope.find_var(v.name) is not None
-              and v.name not in ("feed", "fetch")}
-    names = [f.name for f in fetch]
-    ours = exe.run(main, feed=feed, fetch_list=names, scope=scope)
-    theirs = po.run(main.serialize(), feed, names, params)
-    return [np.asarray(o) for o in ours], theirs
+_run_both = po.run_programs_both
 
 
 @pytest.mark.parametrize("shape,filt,padding,groups,fmt", [
