@@ -154,7 +154,7 @@ class _Plan:
     reruns: bool = False                   # the step checks a room or bound: a run may be done again
     # The prepared fast path (Executor._run_fast): per feed (name, dtype, host checks), or None when a
     # run of this plan needs more than those checks (host ops, effects, a while loop, LoD feeds, a
-    # data-parallel step): see _fast_specs. fast_dims: per feed (dims after the first, rank, whether an
+    # data-parallel step): see _fast_specs. fast_dims: per feed (its declared shape, whether an
     # empty batch is refused), checked once per set of shapes; fast_shapes: the shapes (plan.mem_shape)
     # that passed.
     fast: tuple | None = None
@@ -1461,15 +1461,16 @@ _DEFERRED = deferred_signals()     # (holds nothing: one instance serves every w
 def _fast_specs(plan: _Plan) -> tuple | None:
     """``plan.fast``: what the fast path checks per feed, or None when a run of ``plan`` needs the
     general path every time (host ops, a startup program drawn on the host, host effects, a while
-    loop, a data-parallel step, a LoD feed, a feed whose dims after the first are not all known)."""
+    loop, a data-parallel step, a LoD feed). Any declared shape is fine: the fast path compares each
+    feed's shape with the last run's, which ``_fast_shapes_ok`` checked against the declaration."""
     if plan.host_ops or plan.on_host or plan.effects or plan.interruptible or plan.place_state is not None:
         return None
     specs, dims = [], []
     for name, want, declared, var, host_checks, tail, rank in plan.feed_specs:
-        if var.lod_level or tail is None:
+        if var.lod_level:
             return None
         specs.append((name, want, tuple(_quick_index_check(c, want) for c in host_checks)))
-        dims.append((tail, rank, plan.empty_undefined is not None and name not in plan.unread_feeds))
+        dims.append((tuple(declared), plan.empty_undefined is not None and name not in plan.unread_feeds))
     plan.fast_dims, plan.fast_shapes = tuple(dims), None
     return tuple(specs)
 
@@ -1480,9 +1481,12 @@ def _fast_shapes_ok(plan: _Plan, shapes) -> bool:
     an empty batch where the step refuses one. Remembered (``plan.fast_shapes``) when they may."""
     if shapes is None or len(shapes) != len(plan.fast_dims):
         return False
-    for shape, (tail, rank, empty) in zip(shapes, plan.fast_dims):
-        if shape.__class__ is not tuple or len(shape) != rank or shape[1:] != tail or (empty and 0 in shape):
+    for shape, (declared, empty) in zip(shapes, plan.fast_dims):
+        if shape.__class__ is not tuple or len(shape) != len(declared) or (empty and 0 in shape):
             return False
+        for want, got in zip(declared, shape):    # every known dim (a fixed batch dim, a [16, 16] mask)
+            if want >= 0 and want != got:
+                return False
     plan.fast_shapes = shapes
     return True
 

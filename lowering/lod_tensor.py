@@ -192,33 +192,14 @@ class LoDTensor:
     # The state lock of the scope whose holder has this tensor (set by the holder; None when the
     # tensor is in no scope): numpy() reads take turns with runs on it.
     _state_lock = None
-    # The held array lives in _v, or, for a one-element state variable a step packs with others
-    # (lowering/packed_state.py), in its pack: _pack and _pack_index, read through _value.
-    _v = None
-    _pack = None
-    _pack_index = 0
-
-    @property
-    def _value(self) -> Any:
-        pack = self._pack
-        if pack is None:
-            return self._v
-        return pack.member_value(self._pack_index)
-
-    @_value.setter
-    def _value(self, value: Any) -> None:
-        pack = self._pack
-        if pack is not None:             # set from outside its pack: the pack is stale now
-            self._pack = None
-            pack.detach()
-        self._v = value
-
     def _join_pack(self, pack, index: int) -> None:
-        """Hold the value as member ``index`` of ``pack`` (a packed_state.PackedState)."""
-        old = self._pack
-        if old is not None and old is not pack:
-            old.detach()
-        self._pack, self._pack_index, self._v = pack, index, None
+        """Hold the value as member ``index`` of ``pack`` (a ``packed_state.PackedState``): the
+        tensor becomes a :func:`_packed_class` of its class until its value is set from outside."""
+        if getattr(self, "_pack", None) is not None and self._pack is not pack:
+            self._pack.detach()
+        self.__dict__.pop("_value", None)
+        self._pack, self._pack_index = pack, index
+        self.__class__ = _packed_class(self.__class__)
 
     def __init__(self, value: Any = None, lod: Sequence[Sequence[int]] | None = None) -> None:
         self._value = None if value is None else self._as_array(value)
@@ -298,10 +279,7 @@ class LoDTensor:
         return self._value
 
     def _is_initialized(self) -> bool:
-        pack = self._pack
-        if pack is not None:             # (without cutting the value out of the pack)
-            return pack._value is not None
-        return self._v is not None
+        return self._value is not None
 
     def _get_dims(self) -> list[int]:
         """Paddle's ``_get_dims()``: the dims as a list (``[0]`` when there are none, as Paddle's
@@ -540,6 +518,38 @@ class LoDTensor:
 
 # --------------------------------------------------------------------------------------------
 # Paddle's create_lod_tensor / create_random_int_lodtensor
+
+
+_PACKED_CLASSES: dict[type, type] = {}
+
+
+def _packed_class(cls: type) -> type:
+    """The class a tensor of ``cls`` has while its value is held in a pack (one-element state a
+    step packs with others: lowering/packed_state.py): ``_value`` read out of the pack, and setting
+    it puts the tensor back to ``cls`` holding the value, the pack stale. A class of its own, so the
+    tensors of every other value keep ``_value`` a plain attribute (the Executor reads and writes
+    it for every state variable on every run)."""
+    if getattr(cls, "_unpacked_class", None) is not None:
+        return cls
+    packed = _PACKED_CLASSES.get(cls)
+    if packed is None:
+        def get(self):
+            return self._pack.member_value(self._pack_index)
+
+        def set_(self, value):
+            pack = self._pack
+            self.__class__ = cls
+            self._pack = None
+            self._value = value
+            pack.detach()
+
+        def is_initialized(self) -> bool:      # without cutting the value out of the pack
+            return self._pack._value is not None
+
+        packed = _PACKED_CLASSES[cls] = type(cls.__name__, (cls,), {
+            "_value": property(get, set_), "_unpacked_class": cls, "_is_initialized": is_initialized,
+            "__module__": cls.__module__, "__doc__": cls.__doc__})
+    return packed
 
 
 def _nested_lengths(data: list, levels: int) -> tuple[list[list[int]], list]:

@@ -194,3 +194,23 @@ def test_a_member_set_to_another_size_is_a_clear_error():
     scope.find_var("fc_0.b_0_beta1_pow_acc_0").get_tensor().set(np.array([0.9, 0.9], "float32"))
     with pytest.raises(OpRuntimeError, match="fc_0.b_0_beta1_pow_acc_0"):
         exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
+
+
+def test_a_member_is_a_lod_tensor_reading_its_pack_until_set():
+    fj.set_flags({"FLAGS_pack_small_state": True})
+    main, startup, loss = _model()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
+    tensor = scope.find_var("fc_1.w_0_beta2_pow_acc_0").get_tensor()
+    plain = scope.find_var("fc_1.w_0").get_tensor()
+    assert isinstance(tensor, fj.LoDTensor) and type(tensor) is not fj.LoDTensor and type(plain) is fj.LoDTensor
+    assert "_value" in vars(plain) and "_value" not in vars(tensor)    # only members read through the pack
+    np.testing.assert_allclose(tensor.numpy(), [BETA2 ** 2], rtol=1e-6)
+    assert tensor.shape() == (1,) and "fc_1.w_0_beta2_pow_acc_0" in repr(scope)
+    tensor.set(np.array([0.5], "float32"))
+    assert type(tensor) is fj.LoDTensor and tensor._pack is None
+    np.testing.assert_array_equal(tensor.numpy(), [0.5])
+    exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
+    assert type(tensor) is not fj.LoDTensor                          # packed again by the next run
+    np.testing.assert_allclose(tensor.numpy(), [0.5 * BETA2], rtol=1e-6)

@@ -449,3 +449,36 @@ def test_an_executor_with_a_place_takes_the_fast_path_too():
     assert exe.fast_run_count == 3
     for got, want in zip(_params(scope), (w, b)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [[5, 4], [-1, -1, 4]])
+def test_feeds_of_any_declared_shape_take_the_fast_path(shape):
+    """A feed declared with every dim known (a fixed batch, a [T, T] mask) or with unknown dims past
+    the first (a sequence length) takes the fast path too; a shape off a known dim is still refused."""
+    main, startup = fj.Program(), fj.Program()
+    with fj.unique_name.guard(), fj.program_guard(main, startup):
+        x = fj.data("x", shape, "float32")
+        y = fj.data("y", [5, 1], "float32")                    # every dim known
+        flat = layer.reshape(x, [5, -1]) if len(shape) == 2 else layer.reduce_sum(x, dim=1)
+        pred = layer.fc(flat, 1, param_attr=fj.ParamAttr(initializer=fj.initializer.Constant(0.5)),
+                        bias_attr=fj.ParamAttr(initializer=fj.initializer.Constant(0.1)))
+        loss = layer.mean(layer.square_error_cost(pred, y))
+        fj.optimizer.SGD(LR).minimize(loss)
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(0)
+    x_shape = (5, 4) if len(shape) == 2 else (5, 3, 4)
+    w, b = np.full((4, 1), 0.5, np.float32), np.array([0.1], np.float32)
+    for step in range(4):
+        xv = rng.normal(size=x_shape).astype(np.float32)
+        yv = rng.normal(size=(5, 1)).astype(np.float32)
+        before = exe.fast_run_count
+        got = exe.run(main, feed={"x": xv, "y": yv}, fetch_list=[loss], scope=scope)
+        assert exe.fast_run_count - before == (1 if step else 0)
+        flat_v = xv.reshape(5, -1) if len(shape) == 2 else xv.sum(axis=1)
+        want, w, b = _numpy_sgd(w, b, flat_v, yv)
+        np.testing.assert_allclose(float(got[0]), want, rtol=1e-5)
+    count = exe.fast_run_count
+    with pytest.raises(FeedError, match="declared"):
+        exe.run(main, feed={"x": xv, "y": np.zeros((4, 1), np.float32)}, fetch_list=[loss], scope=scope)
+    assert exe.fast_run_count == count
