@@ -28,7 +28,7 @@ frameworks in one process their thread pools compete and the figures measure the
 (Paddle Inference's time doubled that way); ``--same-process`` keeps the old one-process mode.
 ``--variant NAME KEY=VALUE ...`` adds a fluidjax side ``fj:NAME``: an upper-case key is an
 environment variable of its process (``XLA_FLAGS=...``), ``layout=NCHW|NHWC|none``, ``passes=0``,
-``fold=0`` choose what ``fj.passes.optimize_inference`` does.
+``fold=0``, ``per_sample=0`` choose what ``fj.passes.optimize_inference`` does.
 
 ``--xla-flags`` sets ``XLA_FLAGS`` before JAX starts (flags have no effect later). Targets
 (docs/inference.md): fluidjax ≤ Paddle Inference with oneDNN at batch 8 (≤ 1.2× at batch 1),
@@ -73,7 +73,7 @@ def _args(argv=None):
                    help="processes per side, model (and batch): the sides take turns, order reversed every other round")
     p.add_argument("--variant", nargs="+", action="append", default=[], metavar="NAME KEY=VALUE",
                    help="an extra fluidjax side fj:NAME; KEY=VALUE: upper-case keys are environment variables of "
-                        "its process (XLA_FLAGS=...), layout=NHWC|NCHW|none, passes=0|1, fold=0|1")
+                        "its process (XLA_FLAGS=...), layout=NHWC|NCHW|none, passes=0|1, fold=0|1, per_sample=0|1")
     p.add_argument("--sweep", action="store_true",
                    help="add the XLA:CPU option variants of docs/inference.md as fluidjax sides (SWEEP)")
     p.add_argument("--same-process", action="store_true",
@@ -266,20 +266,21 @@ class FluidJax:
     name = "fluidjax"
 
     def __init__(self, prefix, passes=True, options: dict | None = None):
-        """``options`` (a ``--variant``'s lower-case keys): ``layout`` (NHWC, NCHW, none) and
-        ``fold`` for ``fj.passes.optimize_inference``, ``passes`` (0: none)."""
+        """``options`` (a ``--variant``'s lower-case keys): ``layout`` (NHWC, NCHW, none),
+        ``fold`` and ``per_sample`` for ``fj.passes.optimize_inference``, ``passes`` (0: none)."""
         options = options or {}
         passes = passes and options.get("passes", "1") != "0"
         self.name = "fluidjax" if passes else "fj_nopass"
         self.scope = fj.Scope()
         self.exe = fj.Executor()
-        custom = passes and ("layout" in options or "fold" in options)
+        custom = passes and ("layout" in options or "fold" in options or "per_sample" in options)
         self.program, feeds, self.fetches = fj.io.load_inference_model(prefix, scope=self.scope,
                                                                        optimize=passes and not custom)
         if custom:
             layout = options.get("layout", "NHWC")
             self.program = fj.passes.optimize_inference(self.program, self.scope, fold=options.get("fold", "1") != "0",
-                                                        layout=None if layout == "none" else layout)
+                                                        layout=None if layout == "none" else layout,
+                                                        per_sample=options.get("per_sample", "1") != "0")
         self.feed = feeds[0]
 
     def __call__(self, x):

@@ -463,12 +463,12 @@ def filters_hwio(program: Program, scope: Scope | None = None, keep: Iterable[st
     block = program.global_block()
     readers, writers = _readers(program), _writers(program)
     moved = 0
-    for name in list(dict.fromkeys(n for op in block.ops if op.type == "conv2d" for n in op.input("Filter"))):
+    for name in list(dict.fromkeys(n for op in block.ops if op.type in _CONVS for n in op.input("Filter"))):
         var = block.find_var(name)
         users = readers.get(name, [])
         if (var is None or not var.persistable or writers[name] or name in keep or len(var.shape) != 4
                 or tuple(var.shape[2:]) == (1, 1)
-                or not all(op.type == "conv2d" and op.block is block
+                or not all(op.type in _CONVS and op.block is block
                            and (op.attr("data_format") or "NCHW") in ("NHWC", "NDHWC") for op in users)):
             continue
         folded = (_deferred or {}).get(name)
@@ -572,8 +572,13 @@ def _expansion_chain(ops: list[Operator], start: int, readers, writers, keep) ->
     if x is None or cur is None or not _is_image(first.block, x):
         return None
     chain, phase = [first], 0          # 0: expanded, 1: after the depthwise conv, 2: projected, 3: + residual
+    if start > 0 and _filter_transpose(ops[start - 1]) and ops[start - 1].output("Out") == first.input("Filter"):
+        chain.insert(0, ops[start - 1])
     projected_bias = False
     for op in ops[start + 1:]:
+        if _filter_transpose(op):      # an HWIO filter turned back to OIHW (filters_hwio) goes in with its conv
+            chain.append(op)
+            continue
         if cur in keep or writers[cur] != 1 or readers.get(cur, []) != [op]:
             break
         pointwise = _pointwise_conv(op)
@@ -597,7 +602,21 @@ def _expansion_chain(ops: list[Operator], start: int, readers, writers, keep) ->
         cur = out
         if phase == 3:
             break
+    while chain and _filter_transpose(chain[-1]):
+        chain.pop()
+    inside = set(map(id, chain))
+    for op in chain:
+        if _filter_transpose(op) and not all(id(r) in inside for n in op.output("Out") for r in readers.get(n, [])):
+            return None                # a filter read outside the block too
     return chain if phase >= 2 and writers[cur] == 1 else None
+
+
+def _filter_transpose(op: Operator) -> bool:
+    """A ``transpose2`` of a persistable value (the OIHW view of an HWIO filter)."""
+    if op.type != "transpose2":
+        return False
+    var = op.block.find_var(_single(op.input("X")) or "")
+    return var is not None and var.persistable
 
 
 def per_sample_blocks(program: Program, keep: Iterable[str] = ()) -> int:
@@ -620,8 +639,10 @@ def per_sample_blocks(program: Program, keep: Iterable[str] = ()) -> int:
         if chain is None:
             index += 1
             continue
-        x = _single(chain[0].input("Input"))
-        out = chain[-1].output_arg_names[0]
+        convs = [op for op in chain if op.type in _CONVS]
+        x = _single(convs[0].input("Input"))
+        out = _single(chain[-1].output("Out") or chain[-1].output("Output"))
+        index = min(block.ops.index(op) for op in chain)
         made = {n for op in chain for n in op.output_arg_names}
         params = list(dict.fromkeys(n for op in chain for n in op.input_arg_names if n not in made and n != x))
         current = program.current_block().idx

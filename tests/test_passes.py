@@ -90,11 +90,11 @@ def _check_model(prefix, xs, convs_with_bn):
     image_transposes = [op for op in block.ops if op.type == "transpose2"
                         and not block.var(op.input("X")[0]).persistable]
     assert len(image_transposes) <= 3
-    # Every conv2d filter wider than 1x1 is an HWIO parameter turned back to OIHW in the program.
+    # Every conv filter wider than 1x1 (depthwise ones too) is an HWIO parameter turned back to OIHW.
     for op in convs:
         source = [o for o in block.ops if op.input("Filter")[0] in o.output_arg_names]
         wide = block.var(op.input("Filter")[0]).shape[2:] != (1, 1)
-        if op.type == "conv2d" and wide:
+        if wide:                                 # depthwise filters too (docs/inference.md)
             assert len(source) == 1 and source[0].type == "transpose2" and source[0].attr("axis") == [3, 2, 0, 1]
             assert block.var(source[0].input("X")[0]).persistable
         else:
