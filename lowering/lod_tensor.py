@@ -549,6 +549,8 @@ def _packed_class(cls: type) -> type:
         packed = _PACKED_CLASSES[cls] = type(cls.__name__, (cls,), {
             "_value": property(get, set_), "_unpacked_class": cls, "_is_initialized": is_initialized,
             "__module__": cls.__module__, "__doc__": cls.__doc__})
+        if cls is LoDTensor:                   # a pytree as a LoDTensor is (fj.to_jax takes them)
+            jax.tree_util.register_pytree_node(packed, _flatten_lod_tensor, _unflatten_lod_tensor)
     return packed
 
 

@@ -214,3 +214,16 @@ def test_a_member_is_a_lod_tensor_reading_its_pack_until_set():
     exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
     assert type(tensor) is not fj.LoDTensor                          # packed again by the next run
     np.testing.assert_allclose(tensor.numpy(), [0.5 * BETA2], rtol=1e-6)
+
+
+def test_a_packed_member_flattens_as_a_lod_tensor():
+    fj.set_flags({"FLAGS_pack_small_state": True})
+    main, startup, loss = _model()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
+    member = scope.find_var("fc_0.w_0_beta1_pow_acc_0").get_tensor()
+    assert type(member) is not fj.LoDTensor
+    leaves = jax.tree_util.tree_leaves({"pow": member, "plain": fj.LoDTensor(np.ones(2, "float32"))})
+    assert len(leaves) == 2 and all(isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves)
+    np.testing.assert_allclose(np.asarray(jax.tree_util.tree_leaves(member)[0]), [BETA1 ** 2], rtol=1e-6)
