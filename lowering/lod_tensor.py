@@ -537,11 +537,12 @@ def _packed_class(cls: type) -> type:
             return self._pack.member_value(self._pack_index)
 
         def set_(self, value):
-            pack = self._pack
+            # The pack first (the plans bound to it let go): an exception (a Ctrl-C) between the
+            # two steps leaves the tensor in the stale pack with its old value, as if not set.
+            self._pack.detach()
             self.__class__ = cls
             self._pack = None
             self._value = value
-            pack.detach()
 
         def is_initialized(self) -> bool:      # without cutting the value out of the pack
             return self._pack._value is not None

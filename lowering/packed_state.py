@@ -87,12 +87,10 @@ class PackedState:
         it forgets that binding (its next run binds again and packs the current values)."""
         if self.stale:
             return
-        self.stale = True
+        # The bindings first, the stale mark last: each step may be interrupted (a Ctrl-C between
+        # two statements), and every order of what is done by then must leave no binding to a
+        # pack that lost a member (bind_pack checks the members again before reusing one).
         scope = self.scope()
-        if scope is not None:
-            packs = getattr(scope, "_packed_state", None)
-            if packs is not None and packs.get(self.spec.members) is self:
-                del packs[self.spec.members]
         for ref in self._owners:
             plan = ref()
             if plan is None:
@@ -102,6 +100,11 @@ class PackedState:
             binding = plan.last_scope
             if binding is not None and binding[0]() is scope:
                 plan.last_scope = None
+        if scope is not None:
+            packs = getattr(scope, "_packed_state", None)
+            if packs is not None and packs.get(self.spec.members) is self:
+                del packs[self.spec.members]
+        self.stale = True
 
 
 _UNSTACKERS: dict[tuple, Any] = {}
@@ -154,8 +157,8 @@ def bind_pack(scope, spec: PackSpec, tensors: list, plan) -> PackedState:
     if packs is None:
         packs = scope._packed_state = {}
     pack = packs.get(spec.members)
-    if pack is not None and not pack.stale and pack.spec.dtype == spec.dtype and all(
-            a is b for a, b in zip(pack.members, tensors)) and pack._value is not None:
+    if pack is not None and not pack.stale and pack.spec.dtype == spec.dtype and pack._value is not None and all(
+            a is b and getattr(b, "_pack", None) is pack for a, b in zip(pack.members, tensors)):
         pack.owned_by(plan)
         return pack
     values = []
