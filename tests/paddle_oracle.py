@@ -101,3 +101,24 @@ def run_programs_both(main, startup, feed: Mapping[str, np.ndarray], fetch):
     ours = exe.run(main, feed=feed, fetch_list=names, scope=scope)
     theirs = run(main.serialize(), feed, names, params)
     return [np.asarray(o) for o in ours], theirs
+
+
+def save_image_model(model, path: str, size: int) -> None:
+    """``paddle.jit.save`` a dygraph image model in eval mode, its input ``image`` [N, 3, size, size]."""
+    model.eval()
+    spec = [paddle.static.InputSpec([None, 3, size, size], "float32", "image")]
+    paddle.jit.save(model, path, input_spec=spec)
+
+
+def run_inference_model(prefix: str, xs: np.ndarray) -> np.ndarray:
+    """A saved inference model run by Paddle's static Executor on ``xs`` (its first feed); Paddle
+    is left in dygraph mode."""
+    paddle.enable_static()
+    try:
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        with paddle.static.scope_guard(paddle.static.Scope()):
+            program, feeds, fetches = paddle.static.load_inference_model(prefix, exe)
+            out, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches)
+    finally:
+        paddle.disable_static()
+    return out

@@ -47,6 +47,16 @@ def _batches(n, seed=0):
             for _ in range(n)]
 
 
+def _packed_after_one_run():
+    """The model with packing on, its startup run and one training run: (main, loss, exe, scope)."""
+    fj.set_flags({"FLAGS_pack_small_state": True})
+    main, startup, loss = _model()
+    exe, scope = fj.Executor(), fj.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
+    return main, loss, exe, scope
+
+
 def _plan(exe, program):
     return next(p for p in exe._plans.values() if p.program is program)
 
@@ -186,22 +196,14 @@ def test_save_and_load_round_trip_the_packed_state(tmp_path):
 
 
 def test_a_member_set_to_another_size_is_a_clear_error():
-    fj.set_flags({"FLAGS_pack_small_state": True})
-    main, startup, loss = _model()
-    exe, scope = fj.Executor(), fj.Scope()
-    exe.run(startup, scope=scope)
-    exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
+    main, loss, exe, scope = _packed_after_one_run()
     scope.find_var("fc_0.b_0_beta1_pow_acc_0").get_tensor().set(np.array([0.9, 0.9], "float32"))
     with pytest.raises(OpRuntimeError, match="fc_0.b_0_beta1_pow_acc_0"):
         exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
 
 
 def test_a_member_is_a_lod_tensor_reading_its_pack_until_set():
-    fj.set_flags({"FLAGS_pack_small_state": True})
-    main, startup, loss = _model()
-    exe, scope = fj.Executor(), fj.Scope()
-    exe.run(startup, scope=scope)
-    exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
+    main, loss, exe, scope = _packed_after_one_run()
     tensor = scope.find_var("fc_1.w_0_beta2_pow_acc_0").get_tensor()
     plain = scope.find_var("fc_1.w_0").get_tensor()
     assert isinstance(tensor, fj.LoDTensor) and type(tensor) is not fj.LoDTensor and type(plain) is fj.LoDTensor
@@ -217,11 +219,7 @@ def test_a_member_is_a_lod_tensor_reading_its_pack_until_set():
 
 
 def test_a_packed_member_flattens_as_a_lod_tensor():
-    fj.set_flags({"FLAGS_pack_small_state": True})
-    main, startup, loss = _model()
-    exe, scope = fj.Executor(), fj.Scope()
-    exe.run(startup, scope=scope)
-    exe.run(main, feed=_batches(1)[0], fetch_list=[loss], scope=scope)
+    main, loss, exe, scope = _packed_after_one_run()
     member = scope.find_var("fc_0.w_0_beta1_pow_acc_0").get_tensor()
     assert type(member) is not fj.LoDTensor
     leaves = jax.tree_util.tree_leaves({"pow": member, "plain": fj.LoDTensor(np.ones(2, "float32"))})

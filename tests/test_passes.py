@@ -13,6 +13,7 @@ from fluidjax import passes
 
 os.environ.setdefault("GLOG_minloglevel", "2")
 import paddle  # noqa: E402  (after fluidjax: the other order segfaults)
+import paddle_oracle  # noqa: E402
 
 
 def _rel_err(got, want):
@@ -55,23 +56,10 @@ class _SmallCNN(paddle.nn.Layer):
         return self.fc(y)
 
 
-def _save(model, path, size):
-    model.eval()
-    spec = [paddle.static.InputSpec([None, 3, size, size], "float32", "image")]
-    paddle.jit.save(model, path, input_spec=spec)
+_save = paddle_oracle.save_image_model
 
 
-def _paddle_run(prefix, xs):
-    paddle.enable_static()
-    try:
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            program, feeds, fetches = paddle.static.load_inference_model(prefix, exe)
-            out, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches)
-    finally:
-        paddle.disable_static()
-    return out
+_paddle_run = paddle_oracle.run_inference_model
 
 
 def _check_model(prefix, xs, convs_with_bn):

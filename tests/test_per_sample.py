@@ -15,6 +15,7 @@ from fluidjax.lowering.ops import conv as conv_ops
 
 os.environ.setdefault("GLOG_minloglevel", "2")
 import paddle  # noqa: E402  (after fluidjax: the other order segfaults)
+import paddle_oracle  # noqa: E402
 
 
 def _rel_err(got, want):
@@ -62,22 +63,10 @@ class _Net(paddle.nn.Layer):
         return self.fc(paddle.concat([pool(y, 1).flatten(1), pool(e, 1).flatten(1)], axis=1))
 
 
-def _save(model, path, size):
-    model.eval()
-    spec = [paddle.static.InputSpec([None, 3, size, size], "float32", "image")]
-    paddle.jit.save(model, path, input_spec=spec)
+_save = paddle_oracle.save_image_model
 
 
-def _paddle_run(prefix, xs):
-    paddle.enable_static()
-    try:
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        with paddle.static.scope_guard(paddle.static.Scope()):
-            program, feeds, fetches = paddle.static.load_inference_model(prefix, exe)
-            out, = exe.run(program, feed={feeds[0]: xs}, fetch_list=fetches)
-    finally:
-        paddle.disable_static()
-    return out
+_paddle_run = paddle_oracle.run_inference_model
 
 
 @pytest.fixture(scope="module")
