@@ -122,3 +122,16 @@ def run_inference_model(prefix: str, xs: np.ndarray) -> np.ndarray:
     finally:
         paddle.disable_static()
     return out
+
+
+def randomize_batch_norms(model, seed: int) -> None:
+    """A dygraph model's batch norms given random statistics and affine parameters (not the
+    identity), so that folding them is checked."""
+    rng = np.random.default_rng(seed)
+    for sub in model.sublayers():
+        if isinstance(sub, paddle.nn.BatchNorm2D):
+            c = sub._mean.shape[0]
+            sub._mean.set_value(rng.normal(0, 0.5, c).astype("float32"))
+            sub._variance.set_value(rng.uniform(0.5, 2.0, c).astype("float32"))
+            sub.weight.set_value(rng.uniform(0.5, 1.5, c).astype("float32"))
+            sub.bias.set_value(rng.normal(0, 0.5, c).astype("float32"))
