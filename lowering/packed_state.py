@@ -162,13 +162,13 @@ def bind_pack(scope, spec: PackSpec, tensors: list, plan) -> PackedState:
         pack.owned_by(plan)
         return pack
     values = []
-    for name, tensor in zip(spec.members, tensors):
+    for name, shape, tensor in zip(spec.members, spec.shapes, tensors):
         value = tensor._value
         if value is None:
             raise UninitializedVariableError(f"variable {name!r} has no value in the scope: run the startup "
                                              "program first, e.g. exe.run(fj.default_startup_program())")
         if int(np.size(value)) != 1:
-            raise OpRuntimeError(f"state variable {name!r} is declared with shape {list(spec.shapes[0])} (one "
+            raise OpRuntimeError(f"state variable {name!r} is declared with shape {list(shape)} (one "
                                  f"element) but holds shape {list(np.shape(value))}: set it a value of its "
                                  "declared shape")
         values.append(value)
@@ -202,11 +202,11 @@ def packing_step(step, mutable: Sequence[str], written: Sequence[str], bound_mut
 
     def pack_values(spec: PackSpec, new_state):
         parts = []
-        for member in spec.members:
+        for member, shape in zip(spec.members, spec.shapes):
             value = new_state[out_index[member]]
             if int(np.prod(np.shape(value), dtype=np.int64)) != 1:
                 raise OpRuntimeError(f"state variable {member!r} is declared with one element "
-                                     f"({list(spec.shapes[0])}) but the step writes it shape "
+                                     f"({list(shape)}) but the step writes it shape "
                                      f"{list(np.shape(value))}; fix its declaration, or set FLAGS_pack_small_state=0")
             parts.append(jnp.reshape(value, (1,)).astype(spec.dtype))
         return jnp.concatenate(parts)
